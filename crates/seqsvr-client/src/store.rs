@@ -1,0 +1,182 @@
+//! A client of one set's StoreSvr Raft group. Callers name the members once; the client keeps a
+//! guess of the leader, follows the leader hint a non-leader returns (`seqsvr-leader-addr`), and
+//! retries UNAVAILABLE with capped exponential backoff until the caller's deadline. Every other
+//! status is returned at once: it will not get better by retrying.
+
+use seqsvr_core::ids::{NodeId, SectionId};
+use seqsvr_proto::v1::store_admin_client::StoreAdminClient;
+use seqsvr_proto::v1::store_service_client::StoreServiceClient;
+use seqsvr_proto::v1::{self as pb};
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+const BACKOFF_MIN: Duration = Duration::from_millis(20);
+const BACKOFF_MAX: Duration = Duration::from_millis(500);
+/// One attempt never waits longer than this, so a hung member cannot eat the whole deadline.
+const ATTEMPT_TIMEOUT_MAX: Duration = Duration::from_secs(3);
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Opens a lazy gRPC channel to `addr` (`host:port`); nothing is dialled until the first call.
+pub fn channel(addr: &str) -> Result<Channel, Status> {
+    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| Status::invalid_argument(format!("bad address {addr:?}: {e}")))?;
+    Ok(endpoint.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy())
+}
+
+/// Asks one member for its own Raft status.
+pub async fn member_status(
+    addr: &str,
+    timeout: Duration,
+) -> Result<pb::StoreStatusResponse, Status> {
+    let mut client = StoreAdminClient::new(channel(addr)?);
+    let mut request = tonic::Request::new(pb::StoreStatusRequest {});
+    request.set_timeout(timeout);
+    match tokio::time::timeout(timeout, client.status(request)).await {
+        Ok(result) => result.map(|r| r.into_inner()),
+        Err(_) => {
+            Err(Status::deadline_exceeded(format!("{addr} did not answer within {timeout:?}")))
+        }
+    }
+}
+
+struct Member {
+    id: NodeId,
+    addr: String,
+    channel: Channel,
+}
+
+pub struct StoreClient {
+    members: Vec<Member>,
+    /// Index into `members` of the presumed leader.
+    leader: Mutex<usize>,
+}
+
+impl StoreClient {
+    pub fn new(members: &[(NodeId, String)]) -> Result<StoreClient, Status> {
+        if members.is_empty() {
+            return Err(Status::invalid_argument(
+                "a store client needs at least one member address",
+            ));
+        }
+        let members = members
+            .iter()
+            .map(|(id, addr)| Ok(Member { id: *id, addr: addr.clone(), channel: channel(addr)? }))
+            .collect::<Result<Vec<_>, Status>>()?;
+        Ok(StoreClient { members, leader: Mutex::new(0) })
+    }
+
+    /// The member currently presumed to lead.
+    pub fn leader_guess(&self) -> NodeId {
+        self.members[self.leader_index()].id
+    }
+
+    fn leader_index(&self) -> usize {
+        *self.leader.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_leader(&self, index: usize) {
+        *self.leader.lock().unwrap_or_else(|e| e.into_inner()) = index;
+    }
+
+    /// Raises sections' `max_seq` (one Raft proposal) and returns the committed values.
+    pub async fn advance(
+        &self,
+        sections: &[(SectionId, u64)],
+        deadline: Duration,
+    ) -> Result<Vec<(SectionId, u64)>, Status> {
+        let request = pb::AdvanceMaxSeqRequest {
+            sections: sections
+                .iter()
+                .map(|&(s, v)| pb::SectionMaxSeq { section: s.0, max_seq: v })
+                .collect(),
+        };
+        let reply = self
+            .call(deadline, |channel, timeout| {
+                let mut req = tonic::Request::new(request.clone());
+                req.set_timeout(timeout);
+                async move { StoreServiceClient::new(channel).advance_max_seq(req).await }
+            })
+            .await?;
+        Ok(reply.sections.iter().map(|s| (SectionId(s.section), s.max_seq)).collect())
+    }
+
+    /// Linearizable read of sections' committed `max_seq` (0 = never advanced).
+    pub async fn get(
+        &self,
+        sections: &[SectionId],
+        deadline: Duration,
+    ) -> Result<Vec<(SectionId, u64)>, Status> {
+        let request = pb::GetMaxSeqRequest { sections: sections.iter().map(|s| s.0).collect() };
+        let reply = self
+            .call(deadline, |channel, timeout| {
+                let mut req = tonic::Request::new(request.clone());
+                req.set_timeout(timeout);
+                async move { StoreServiceClient::new(channel).get_max_seq(req).await }
+            })
+            .await?;
+        Ok(reply.sections.iter().map(|s| (SectionId(s.section), s.max_seq)).collect())
+    }
+
+    async fn call<T, F, Fut>(&self, deadline: Duration, attempt: F) -> Result<T, Status>
+    where
+        F: Fn(Channel, Duration) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let until = Instant::now() + deadline;
+        let mut backoff = BACKOFF_MIN;
+        let mut target = self.leader_index();
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Status::deadline_exceeded(
+                    "store call deadline passed before any attempt",
+                ));
+            }
+            let timeout = left.min(ATTEMPT_TIMEOUT_MAX);
+            let member = &self.members[target];
+            let result =
+                match tokio::time::timeout(timeout, attempt(member.channel.clone(), timeout)).await
+                {
+                    Ok(r) => r,
+                    Err(_) => Err(Status::unavailable(format!(
+                        "member {} at {} did not answer within {timeout:?}",
+                        member.id, member.addr
+                    ))),
+                };
+            let status = match result {
+                Ok(response) => {
+                    self.set_leader(target);
+                    return Ok(response.into_inner());
+                }
+                Err(status) if retryable(status.code()) => status,
+                Err(status) => return Err(status),
+            };
+            let hinted = status
+                .metadata()
+                .get(seqsvr_proto::LEADER_ADDR_METADATA)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|addr| self.members.iter().position(|m| m.addr == addr));
+            match hinted {
+                Some(next) if next != target => {
+                    target = next;
+                    continue; // follow the redirect at once
+                }
+                _ => target = (target + 1) % self.members.len(),
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left <= backoff {
+                return Err(status);
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+        }
+    }
+}
+
+fn retryable(code: Code) -> bool {
+    matches!(code, Code::Unavailable | Code::DeadlineExceeded | Code::Unknown)
+}

@@ -1,0 +1,287 @@
+//! The cluster config (`cluster.toml`): the sets, the uid range each owns, the StoreSvr members of
+//! each, and the tunables. Every process and `seqctl` read the same file; a process picks its own
+//! entry by `(set id, node id)`. Parsing is pure (`from_toml_str`); reading the file is the
+//! caller's business.
+
+use crate::ids::{NodeId, SectionId, SetId};
+use crate::section::SectionRange;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// Default uids per section, as in WeChat's seqsvr: 2^32 uids → ~43k sections.
+pub const DEFAULT_SECTION_SIZE: u64 = 100_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot parse cluster config: {0}")]
+    Parse(#[from] toml::de::Error),
+    #[error("invalid cluster config: {0}")]
+    Invalid(String),
+}
+
+fn invalid<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError::Invalid(msg.into()))
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Uids per section. Every set's uid range must be a whole number of sections.
+    #[serde(default = "default_section_size")]
+    pub section_size: u64,
+    #[serde(default)]
+    pub store: StoreTuning,
+    pub sets: Vec<SetConfig>,
+}
+
+/// Tunables of every StoreSvr. Each can be overridden per process by flag or env.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreTuning {
+    /// One Raft logical clock tick.
+    pub tick_ms: u64,
+    /// Ticks without a leader before a member starts a (pre-)election.
+    pub election_ticks: usize,
+    /// Ticks between leader heartbeats.
+    pub heartbeat_ticks: usize,
+    /// Most sections in one AdvanceMaxSeq / GetMaxSeq call.
+    pub max_batch_sections: usize,
+    /// Compact the Raft log (keeping a snapshot) once this many applied entries sit in it.
+    pub compact_log_entries: u64,
+    /// Upper bound on how long one client call waits for commit or read (callers may ask less).
+    pub request_timeout_ms: u64,
+}
+
+fn default_section_size() -> u64 {
+    DEFAULT_SECTION_SIZE
+}
+
+impl Default for StoreTuning {
+    fn default() -> StoreTuning {
+        StoreTuning {
+            tick_ms: 100,
+            election_ticks: 10,
+            heartbeat_ticks: 2,
+            max_batch_sections: 4096,
+            compact_log_entries: 10_000,
+            request_timeout_ms: 5_000,
+        }
+    }
+}
+
+impl StoreTuning {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.tick_ms == 0 {
+            return invalid("store.tick_ms must be > 0");
+        }
+        if self.heartbeat_ticks == 0 || self.election_ticks <= self.heartbeat_ticks {
+            return invalid(format!(
+                "store.election_ticks ({}) must be greater than store.heartbeat_ticks ({}) > 0",
+                self.election_ticks, self.heartbeat_ticks
+            ));
+        }
+        if self.max_batch_sections == 0 {
+            return invalid("store.max_batch_sections must be > 0");
+        }
+        if self.compact_log_entries == 0 {
+            return invalid("store.compact_log_entries must be > 0");
+        }
+        if self.request_timeout_ms == 0 {
+            return invalid("store.request_timeout_ms must be > 0");
+        }
+        Ok(())
+    }
+}
+
+/// One set: an independent Raft group owning the uids `[uid_begin, uid_end)`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetConfig {
+    pub id: SetId,
+    pub uid_begin: u64,
+    /// Exclusive.
+    pub uid_end: u64,
+    /// The initial Raft voters. Every member must list the same ones.
+    pub stores: Vec<MemberConfig>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemberConfig {
+    pub id: NodeId,
+    /// `host:port` other members and clients dial.
+    pub addr: String,
+}
+
+impl ClusterConfig {
+    pub fn from_toml_str(text: &str) -> Result<ClusterConfig, ConfigError> {
+        let config: ClusterConfig = toml::from_str(text)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn to_toml_string(&self) -> String {
+        // Serializing plain structs of integers and strings cannot fail.
+        toml::to_string_pretty(self).unwrap_or_default()
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.section_size == 0 {
+            return invalid("section_size must be > 0");
+        }
+        self.store.validate()?;
+        if self.sets.is_empty() {
+            return invalid("no [[sets]]: at least one set is needed");
+        }
+        let mut set_ids = BTreeSet::new();
+        for set in &self.sets {
+            if !set_ids.insert(set.id) {
+                return invalid(format!("set id {} appears twice", set.id));
+            }
+            set.validate(self.section_size)?;
+        }
+        let mut by_range: Vec<&SetConfig> = self.sets.iter().collect();
+        by_range.sort_by_key(|s| s.uid_begin);
+        for pair in by_range.windows(2) {
+            if pair[0].uid_end > pair[1].uid_begin {
+                return invalid(format!(
+                    "sets {} [{}, {}) and {} [{}, {}) overlap",
+                    pair[0].id,
+                    pair[0].uid_begin,
+                    pair[0].uid_end,
+                    pair[1].id,
+                    pair[1].uid_begin,
+                    pair[1].uid_end
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn set(&self, id: SetId) -> Option<&SetConfig> {
+        self.sets.iter().find(|s| s.id == id)
+    }
+
+    /// The set owning `uid`, if any.
+    pub fn set_for_uid(&self, uid: u64) -> Option<&SetConfig> {
+        self.sets.iter().find(|s| s.uid_begin <= uid && uid < s.uid_end)
+    }
+}
+
+impl SetConfig {
+    fn validate(&self, section_size: u64) -> Result<(), ConfigError> {
+        if self.uid_begin >= self.uid_end {
+            return invalid(format!(
+                "set {}: uid_begin ({}) must be < uid_end ({})",
+                self.id, self.uid_begin, self.uid_end
+            ));
+        }
+        if !self.uid_begin.is_multiple_of(section_size)
+            || !self.uid_end.is_multiple_of(section_size)
+        {
+            return invalid(format!(
+                "set {}: uid_begin and uid_end must be multiples of section_size ({section_size}) so \
+                 that no section spans two sets",
+                self.id
+            ));
+        }
+        if self.stores.is_empty() {
+            return invalid(format!("set {}: no [[sets.stores]] members", self.id));
+        }
+        let mut ids = BTreeSet::new();
+        let mut addrs = BTreeSet::new();
+        for m in &self.stores {
+            if m.id.0 == 0 {
+                return invalid(format!("set {}: member id 0 is reserved by Raft", self.id));
+            }
+            if !ids.insert(m.id) {
+                return invalid(format!("set {}: member id {} appears twice", self.id, m.id));
+            }
+            if m.addr
+                .rsplit_once(':')
+                .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
+            {
+                return invalid(format!(
+                    "set {}: member {} addr {:?} is not host:port",
+                    self.id, m.id, m.addr
+                ));
+            }
+            if !addrs.insert(m.addr.as_str()) {
+                return invalid(format!("set {}: addr {} appears twice", self.id, m.addr));
+            }
+        }
+        Ok(())
+    }
+
+    /// The sections this set owns.
+    pub fn sections(&self, section_size: u64) -> SectionRange {
+        let begin = SectionId(self.uid_begin / section_size);
+        let end = SectionId(self.uid_end / section_size);
+        // validate() guarantees uid_begin < uid_end, so begin <= end.
+        SectionRange::new(begin, end).unwrap_or_else(|| unreachable_range(begin))
+    }
+
+    pub fn member(&self, id: NodeId) -> Option<&MemberConfig> {
+        self.stores.iter().find(|m| m.id == id)
+    }
+}
+
+fn unreachable_range(at: SectionId) -> SectionRange {
+    // Only reachable for an unvalidated config; an empty range serves nothing, which is safe.
+    SectionRange::new(at, at).expect("begin == end is a valid range")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+section_size = 100
+[store]
+tick_ms = 50
+[[sets]]
+id = 0
+uid_begin = 0
+uid_end = 1000
+stores = [{ id = 1, addr = "127.0.0.1:7001" }, { id = 2, addr = "127.0.0.1:7002" }]
+[[sets]]
+id = 1
+uid_begin = 1000
+uid_end = 5000
+stores = [{ id = 1, addr = "127.0.0.1:7101" }]
+"#;
+
+    #[test]
+    fn parses_and_routes_uids_to_sets() {
+        let c = ClusterConfig::from_toml_str(GOOD).unwrap();
+        assert_eq!(c.store.tick_ms, 50);
+        assert_eq!(c.store.election_ticks, 10, "unset tunables take defaults");
+        assert_eq!(c.set_for_uid(999).unwrap().id, SetId(0));
+        assert_eq!(c.set_for_uid(1000).unwrap().id, SetId(1));
+        assert!(c.set_for_uid(5000).is_none());
+        let s = c.set(SetId(1)).unwrap().sections(c.section_size);
+        assert_eq!((s.begin(), s.end()), (SectionId(10), SectionId(50)));
+        let again = ClusterConfig::from_toml_str(&c.to_toml_string()).unwrap();
+        assert_eq!(again, c);
+    }
+
+    fn rejects(text: &str, needle: &str) {
+        let err = ClusterConfig::from_toml_str(text).unwrap_err().to_string();
+        assert!(err.contains(needle), "{err:?} should mention {needle:?}");
+    }
+
+    #[test]
+    fn rejects_bad_configs() {
+        rejects(&GOOD.replace("uid_begin = 1000", "uid_begin = 900"), "overlap");
+        rejects(&GOOD.replace("uid_end = 5000", "uid_end = 5050"), "multiples of section_size");
+        rejects(&GOOD.replace("id = 2,", "id = 1,"), "appears twice");
+        rejects(&GOOD.replace("id = 2,", "id = 0,"), "reserved");
+        rejects(&GOOD.replace("127.0.0.1:7002", "nope"), "host:port");
+        rejects(
+            &GOOD.replace("tick_ms = 50", "tick_ms = 50\nelection_ticks = 1"),
+            "election_ticks",
+        );
+        rejects(&GOOD.replace("tick_ms = 50", "tick_ms = 50\nbogus = 1"), "unknown field");
+        rejects(&GOOD.replace("section_size = 100", "section_size = 0"), "section_size");
+    }
+}

@@ -1,0 +1,32 @@
+//! Newtypes for ids that are all `u64` on the wire and must never be mixed up.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(pub u64);
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+    };
+}
+
+id_type!(
+    /// A section: `uid / section_size`. All uids of a section share one persisted `max_seq`.
+    SectionId
+);
+id_type!(
+    /// A StoreSvr member's Raft id, unique within its set (never 0: raft-rs reserves 0).
+    NodeId
+);
+id_type!(
+    /// A set: an independent Raft group plus its AllocSvrs, owning one contiguous uid range.
+    SetId
+);

@@ -1,0 +1,135 @@
+//! StoreSvr: one member of a set's Raft group. It persists per-section `max_seq` in RocksDB and
+//! serves it to AllocSvrs; its leader is the one place a set's durable state changes.
+//!
+//! # Layout
+//! - [`config`]: flags + env + the cluster config file → a validated [`config::NodeConfig`].
+//! - [`storage`]: RocksDB-backed raft-rs `Storage` that also owns the state machine.
+//! - [`driver`]: the Ready loop; the only owner of the `RawNode`.
+//! - [`transport`]: Raft messages to peers over gRPC, one bounded queue per peer.
+//! - [`service`]: the gRPC services and the mapping of errors to status codes.
+//! - `raft_log`: raft-rs's slog records into `tracing`.
+
+pub mod config;
+pub mod driver;
+mod raft_log;
+pub mod service;
+pub mod storage;
+pub mod transport;
+
+use anyhow::Context;
+use config::NodeConfig;
+use seqsvr_proto::v1::raft_transport_server::RaftTransportServer;
+use seqsvr_proto::v1::store_admin_server::StoreAdminServer;
+use seqsvr_proto::v1::store_service_server::StoreServiceServer;
+use seqsvr_proto::MAX_MESSAGE_BYTES;
+use std::future::Future;
+use std::time::Duration;
+use storage::{Identity, NodeStorage};
+use tokio::sync::{oneshot, watch};
+
+/// Runs a member until `shutdown` resolves (SIGTERM in the binary) or its storage fails.
+/// The same code runs in production and in tests.
+pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let identity = Identity { set_id: config.set_id, node_id: config.node_id };
+    let voters: Vec<_> = config.members.iter().map(|(id, _)| *id).collect();
+    let storage = NodeStorage::open(&config.data_dir, identity, &voters)?;
+    tracing::info!(
+        set = %config.set_id, node = %config.node_id, data_dir = %config.data_dir.display(),
+        applied = storage.applied_index(), term = storage.hard_state().term,
+        sections_advanced = storage.state().n_sections_advanced(), "store opened"
+    );
+
+    let (handle, driver_tx, driver_rx) = driver::channel();
+    let transport =
+        transport::Transport::start(config.set_id, config.node_id, &config.members, driver_tx)?;
+    let driver = driver::Driver::new(
+        storage,
+        driver::DriverConfig {
+            set_id: config.set_id,
+            node_id: config.node_id,
+            members: config.members.clone(),
+            tick: Duration::from_millis(config.tuning.tick_ms),
+            election_ticks: config.tuning.election_ticks,
+            heartbeat_ticks: config.tuning.heartbeat_ticks,
+            compact_log_entries: config.tuning.compact_log_entries,
+        },
+        transport,
+    )?;
+
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+
+    let (stop_driver, stop_rx) = watch::channel(false);
+    let (driver_done_tx, driver_done) = oneshot::channel();
+    let driver_thread =
+        std::thread::Builder::new().name("raft-driver".into()).spawn(move || {
+            let result = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| {
+                    rt.block_on(driver.run(driver_rx, stop_rx)).map_err(anyhow::Error::from)
+                });
+            let _ = driver_done_tx.send(result);
+        })?;
+
+    let context = service::ServiceContext {
+        driver: handle,
+        set_id: config.set_id,
+        node_id: config.node_id,
+        addr: config.addr.clone(),
+        members: config.members.clone(),
+        sections: config.sections,
+        max_batch_sections: config.tuning.max_batch_sections,
+        request_timeout: Duration::from_millis(config.tuning.request_timeout_ms),
+    };
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<StoreServiceServer<service::ServiceContext>>().await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(seqsvr_proto::v1::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+
+    tracing::info!(listen = %config.listen, addr = %config.addr, "storesvr serving");
+    let mut driver_done = Some(driver_done);
+    let mut driver_result = None;
+    let stop = async {
+        tokio::select! {
+            _ = shutdown => tracing::info!("shutting down"),
+            result = driver_done.as_mut().expect("set above") => {
+                driver_result = Some(result.unwrap_or_else(|_| Err(anyhow::anyhow!("raft driver thread died"))));
+            }
+        }
+    };
+    tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(
+            StoreServiceServer::new(context.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
+        .add_service(
+            RaftTransportServer::new(context.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
+        .add_service(StoreAdminServer::new(context))
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            stop,
+        )
+        .await?;
+
+    let _ = stop_driver.send(true);
+    let result = match (driver_result, driver_done) {
+        (Some(r), _) => r,
+        (None, Some(rx)) => {
+            rx.await.unwrap_or_else(|_| Err(anyhow::anyhow!("raft driver thread died")))
+        }
+        (None, None) => Ok(()),
+    };
+    let _ = driver_thread.join();
+    result.context("raft driver stopped on a storage fault; refusing to serve")
+}

@@ -1,0 +1,525 @@
+//! Durable state of one StoreSvr member in RocksDB: the Raft log, hard state, conf state, the
+//! truncation point, and the state machine with its applied index.
+//!
+//! `NodeStorage` implements raft-rs's [`Storage`] with the same semantics as `MemStorage` (the unit
+//! tests check both side by side) and owns the [`StoreState`], because raft-rs asks the storage
+//! for snapshots of it.
+//!
+//! Durability rules:
+//! - [`NodeStorage::persist`] writes a Ready's snapshot, entries and hard state in ONE synced
+//!   `WriteBatch`; the driver sends persisted messages only after it returns.
+//! - [`NodeStorage::commit_apply`] writes applied state without fsync: everything it holds can be
+//!   re-derived from the synced log. RocksDB's WAL is sequential, so the next synced write (every
+//!   `persist` and `compact`) makes it durable before any log entry it depends on is deleted.
+//! - Any failed write is fatal to the process: the caller must stop rather than acknowledge.
+//!
+//! Key layout (one column family, big-endian integers so keys sort by index):
+//! `m:identity`, `r:hard_state`, `r:conf_state`, `r:truncated` (index, term), `s:applied`,
+//! `l:<index>` → `Entry`, `s:sec:<section>` → `max_seq`.
+
+use protobuf::Message as _;
+use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
+use raft::{GetEntriesContext, RaftState, StorageError};
+use rocksdb::{Direction, IteratorMode, Options, ReadOptions, WriteBatch, WriteOptions, DB};
+use seqsvr_core::ids::{NodeId, SectionId, SetId};
+use seqsvr_core::store::StoreState;
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+
+const KEY_IDENTITY: &[u8] = b"m:identity";
+const KEY_HARD_STATE: &[u8] = b"r:hard_state";
+const KEY_CONF_STATE: &[u8] = b"r:conf_state";
+const KEY_TRUNCATED: &[u8] = b"r:truncated";
+const KEY_APPLIED: &[u8] = b"s:applied";
+const PREFIX_LOG: &[u8] = b"l:";
+const PREFIX_SECTION: &[u8] = b"s:sec:";
+
+fn log_key(index: u64) -> Vec<u8> {
+    [PREFIX_LOG, &index.to_be_bytes()].concat()
+}
+
+fn section_key(section: SectionId) -> Vec<u8> {
+    [PREFIX_SECTION, &section.0.to_be_bytes()].concat()
+}
+
+/// The first key past every key starting with `prefix` (prefixes here end below 0xff).
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    end
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StorageFault {
+    #[error("RocksDB at {path}: {source}")]
+    Rocks { path: PathBuf, source: rocksdb::Error },
+    #[error(
+        "data dir {path} is not usable: {reason}. Refusing to start; it will not be \
+         re-initialised. Move it away only if this member's data is to be discarded."
+    )]
+    Unusable { path: PathBuf, reason: String },
+    #[error("corrupt store in {path}: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+}
+
+/// Who this data dir belongs to; written once at creation and checked at every start, so a data
+/// dir is never served by the wrong member or set.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    pub set_id: SetId,
+    pub node_id: NodeId,
+}
+
+/// What applying a run of committed entries changed, persisted by [`NodeStorage::commit_apply`].
+#[derive(Debug, Default)]
+pub struct AppliedBatch {
+    pub applied_index: u64,
+    pub changed: Vec<(SectionId, u64)>,
+    pub conf_state: Option<ConfState>,
+    pub commit_index: Option<u64>,
+}
+
+pub struct NodeStorage {
+    db: DB,
+    path: PathBuf,
+    identity: Identity,
+    hard_state: HardState,
+    conf_state: ConfState,
+    /// Index and term of the last entry folded into the state (compaction or snapshot).
+    /// Invariant: truncated_index <= applied_index <= last_index.
+    truncated_index: u64,
+    truncated_term: u64,
+    /// Terms of log entries `truncated_index + 1 ..= last_index`, in order.
+    terms: VecDeque<u64>,
+    applied_index: u64,
+    state: StoreState,
+}
+
+fn rocks(path: &Path) -> impl Fn(rocksdb::Error) -> StorageFault + '_ {
+    move |source| StorageFault::Rocks { path: path.to_path_buf(), source }
+}
+
+impl NodeStorage {
+    /// Opens the member's data dir, creating and initialising it only if it does not exist or is
+    /// empty. `voters` are the initial Raft voters (the set's members from the cluster config).
+    pub fn open(
+        path: &Path,
+        identity: Identity,
+        voters: &[NodeId],
+    ) -> Result<NodeStorage, StorageFault> {
+        let fresh = match std::fs::read_dir(path) {
+            Ok(mut entries) => entries.next().is_none(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+            Err(e) => {
+                return Err(StorageFault::Unusable { path: path.into(), reason: e.to_string() })
+            }
+        };
+        let mut opts = Options::default();
+        opts.create_if_missing(fresh);
+        opts.set_keep_log_file_num(4);
+        let db = DB::open(&opts, path).map_err(|e| StorageFault::Unusable {
+            path: path.into(),
+            reason: format!("cannot open RocksDB: {e}"),
+        })?;
+        if fresh {
+            let cs =
+                ConfState { voters: voters.iter().map(|v| v.0).collect(), ..Default::default() };
+            let mut batch = WriteBatch::default();
+            batch.put(KEY_IDENTITY, serde_json::to_vec(&identity).unwrap_or_default());
+            batch.put(KEY_HARD_STATE, HardState::default().write_to_bytes().unwrap_or_default());
+            batch.put(KEY_CONF_STATE, cs.write_to_bytes().unwrap_or_default());
+            batch.put(KEY_TRUNCATED, encode_pair(0, 0));
+            batch.put(KEY_APPLIED, 0u64.to_be_bytes());
+            db.write_opt(batch, &synced()).map_err(rocks(path))?;
+        }
+        Self::load(db, path, identity)
+    }
+
+    fn load(db: DB, path: &Path, expected: Identity) -> Result<NodeStorage, StorageFault> {
+        let unusable = |reason: String| StorageFault::Unusable { path: path.into(), reason };
+        let corrupt = |reason: String| StorageFault::Corrupt { path: path.into(), reason };
+        let get = |key: &[u8]| db.get(key).map_err(rocks(path));
+
+        let identity: Identity = match get(KEY_IDENTITY)? {
+            None => {
+                return Err(unusable(
+                    "it holds a RocksDB without a seqsvr identity record (not a seqsvr store?)"
+                        .into(),
+                ))
+            }
+            Some(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| corrupt(format!("identity record: {e}")))?,
+        };
+        if identity != expected {
+            return Err(unusable(format!(
+                "it belongs to set {} member {}, but this process is set {} member {}",
+                identity.set_id, identity.node_id, expected.set_id, expected.node_id
+            )));
+        }
+        let required = |key: &[u8]| -> Result<Vec<u8>, StorageFault> {
+            get(key)?.ok_or_else(|| corrupt(format!("missing {}", String::from_utf8_lossy(key))))
+        };
+        let hard_state = HardState::parse_from_bytes(&required(KEY_HARD_STATE)?)
+            .map_err(|e| corrupt(format!("hard state: {e}")))?;
+        let conf_state = ConfState::parse_from_bytes(&required(KEY_CONF_STATE)?)
+            .map_err(|e| corrupt(format!("conf state: {e}")))?;
+        let (truncated_index, truncated_term) = decode_pair(&required(KEY_TRUNCATED)?)
+            .ok_or_else(|| corrupt("truncated state".into()))?;
+        let applied_index =
+            decode_u64(&required(KEY_APPLIED)?).ok_or_else(|| corrupt("applied index".into()))?;
+
+        let mut terms = VecDeque::new();
+        let mut expected_index = truncated_index + 1;
+        for item in db.iterator_opt(
+            IteratorMode::From(&log_key(expected_index), Direction::Forward),
+            bounded(PREFIX_LOG),
+        ) {
+            let (key, value) = item.map_err(rocks(path))?;
+            let entry = Entry::parse_from_bytes(&value)
+                .map_err(|e| corrupt(format!("log entry {:?}: {e}", key)))?;
+            if log_key(entry.index) != *key || entry.index != expected_index {
+                return Err(corrupt(format!(
+                    "log gap or misplaced entry: expected index {expected_index}, found {} under key {:?}",
+                    entry.index, key
+                )));
+            }
+            terms.push_back(entry.term);
+            expected_index += 1;
+        }
+        let last_index = expected_index - 1;
+
+        let mut sections = Vec::new();
+        for item in db.iterator_opt(
+            IteratorMode::From(PREFIX_SECTION, Direction::Forward),
+            bounded(PREFIX_SECTION),
+        ) {
+            let (key, value) = item.map_err(rocks(path))?;
+            let section = decode_u64(&key[PREFIX_SECTION.len()..])
+                .ok_or_else(|| corrupt(format!("section key {key:?}")))?;
+            let max_seq =
+                decode_u64(&value).ok_or_else(|| corrupt(format!("section {section} value")))?;
+            sections.push((SectionId(section), max_seq));
+        }
+
+        if !(truncated_index <= applied_index && applied_index <= last_index.max(hard_state.commit))
+        {
+            return Err(corrupt(format!(
+                "inconsistent indexes: truncated {truncated_index}, applied {applied_index}, last {last_index}, commit {}",
+                hard_state.commit
+            )));
+        }
+        if hard_state.commit > last_index {
+            return Err(corrupt(format!(
+                "commit index {} is past the last log entry {last_index}",
+                hard_state.commit
+            )));
+        }
+        Ok(NodeStorage {
+            db,
+            path: path.into(),
+            identity,
+            hard_state,
+            conf_state,
+            truncated_index,
+            truncated_term,
+            terms,
+            applied_index,
+            state: StoreState::from_entries(sections),
+        })
+    }
+
+    pub fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    pub fn state(&self) -> &StoreState {
+        &self.state
+    }
+
+    /// Mutable access for the driver's apply loop; changes must go to disk via `commit_apply`.
+    pub fn state_mut(&mut self) -> &mut StoreState {
+        &mut self.state
+    }
+
+    pub fn applied_index(&self) -> u64 {
+        self.applied_index
+    }
+
+    pub fn truncated_index(&self) -> u64 {
+        self.truncated_index
+    }
+
+    pub fn conf_state(&self) -> &ConfState {
+        &self.conf_state
+    }
+
+    pub fn hard_state(&self) -> &HardState {
+        &self.hard_state
+    }
+
+    fn first_log_index(&self) -> u64 {
+        self.truncated_index + 1
+    }
+
+    fn last_log_index(&self) -> u64 {
+        self.truncated_index + self.terms.len() as u64
+    }
+
+    /// Persists one Ready: snapshot (if any), then entries, then hard state, in one synced batch.
+    pub fn persist(
+        &mut self,
+        snapshot: Option<&Snapshot>,
+        entries: &[Entry],
+        hard_state: Option<&HardState>,
+    ) -> Result<(), StorageFault> {
+        let mut batch = WriteBatch::default();
+        let mut restored = None;
+        if let Some(snap) = snapshot.filter(|s| !s.is_empty()) {
+            let meta = snap.get_metadata();
+            let new_state = StoreState::decode_snapshot(snap.get_data()).map_err(|e| {
+                StorageFault::Corrupt {
+                    path: self.path.clone(),
+                    reason: format!("snapshot at index {} from the leader: {e}", meta.index),
+                }
+            })?;
+            if let Some((section, ours, theirs)) = self.state.first_regression(&new_state) {
+                // I4: a snapshot is of a later state than ours, so this is corruption or a bug.
+                return Err(StorageFault::Corrupt {
+                    path: self.path.clone(),
+                    reason: format!(
+                        "snapshot at index {} would lower section {section} from {ours} to {theirs}",
+                        meta.index
+                    ),
+                });
+            }
+            assert!(meta.index >= self.first_log_index(), "snapshot older than our compacted log");
+            batch.delete_range(PREFIX_LOG, &prefix_end(PREFIX_LOG));
+            batch.delete_range(PREFIX_SECTION, &prefix_end(PREFIX_SECTION));
+            for (section, max_seq) in new_state.iter() {
+                batch.put(section_key(section), max_seq.to_be_bytes());
+            }
+            batch.put(KEY_TRUNCATED, encode_pair(meta.index, meta.term));
+            batch.put(KEY_APPLIED, meta.index.to_be_bytes());
+            batch.put(KEY_CONF_STATE, meta.get_conf_state().write_to_bytes().unwrap_or_default());
+            restored = Some((meta.index, meta.term, meta.get_conf_state().clone(), new_state));
+        }
+        // Where the log stands once the snapshot (if any) is in.
+        let (truncated_index, mut terms) = match &restored {
+            Some((index, ..)) => (*index, VecDeque::new()),
+            None => (self.truncated_index, self.terms.clone()),
+        };
+        if let Some(first) = entries.first() {
+            let last_before = truncated_index + terms.len() as u64;
+            assert!(first.index > truncated_index, "append of compacted index {}", first.index);
+            assert!(
+                first.index <= last_before + 1,
+                "gap in log: last {last_before}, append {}",
+                first.index
+            );
+            // Drop the conflicting suffix that the new entries replace.
+            if first.index <= last_before {
+                batch.delete_range(log_key(first.index), log_key(last_before + 1));
+                terms.truncate((first.index - truncated_index - 1) as usize);
+            }
+            for (i, e) in entries.iter().enumerate() {
+                assert_eq!(e.index, first.index + i as u64, "entries of one Ready are contiguous");
+                batch.put(log_key(e.index), e.write_to_bytes().unwrap_or_default());
+                terms.push_back(e.term);
+            }
+        }
+        let mut new_hard_state = hard_state.cloned();
+        if let Some((index, term, ..)) = &restored {
+            let hs = new_hard_state.get_or_insert_with(|| self.hard_state.clone());
+            hs.term = hs.term.max(*term);
+            hs.commit = hs.commit.max(*index);
+        }
+        if let Some(hs) = &new_hard_state {
+            batch.put(KEY_HARD_STATE, hs.write_to_bytes().unwrap_or_default());
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.db.write_opt(batch, &synced()).map_err(rocks(&self.path))?;
+
+        // Only now, with everything on disk, does memory move.
+        if let Some((index, term, conf_state, state)) = restored {
+            self.truncated_index = index;
+            self.truncated_term = term;
+            self.applied_index = index;
+            self.conf_state = conf_state;
+            self.state = state;
+        }
+        self.terms = terms;
+        if let Some(hs) = new_hard_state {
+            self.hard_state = hs;
+        }
+        Ok(())
+    }
+
+    /// Records the effect of applied entries (sections changed, conf state, applied index).
+    pub fn commit_apply(&mut self, applied: AppliedBatch) -> Result<(), StorageFault> {
+        assert!(applied.applied_index >= self.applied_index, "applied index went back");
+        let mut batch = WriteBatch::default();
+        // A section raised by several entries of the batch is written once, at its last value.
+        let changed: std::collections::BTreeMap<SectionId, u64> =
+            applied.changed.iter().copied().collect();
+        for (section, max_seq) in changed {
+            assert_eq!(
+                self.state.max_seq(section),
+                max_seq,
+                "I4: persisted value differs from memory"
+            );
+            batch.put(section_key(section), max_seq.to_be_bytes());
+        }
+        if let Some(cs) = &applied.conf_state {
+            batch.put(KEY_CONF_STATE, cs.write_to_bytes().unwrap_or_default());
+        }
+        let mut hs = None;
+        if let Some(commit) = applied.commit_index.filter(|&c| c > self.hard_state.commit) {
+            let mut h = self.hard_state.clone();
+            h.commit = commit;
+            batch.put(KEY_HARD_STATE, h.write_to_bytes().unwrap_or_default());
+            hs = Some(h);
+        }
+        batch.put(KEY_APPLIED, applied.applied_index.to_be_bytes());
+        self.db.write(batch).map_err(rocks(&self.path))?;
+        self.applied_index = applied.applied_index;
+        if let Some(cs) = applied.conf_state {
+            self.conf_state = cs;
+        }
+        if let Some(h) = hs {
+            self.hard_state = h;
+        }
+        Ok(())
+    }
+
+    /// Discards log entries up to and including `compact_index` (which must be applied), keeping
+    /// its term for matching. Synced, and so makes earlier unsynced applied state durable first.
+    pub fn compact(&mut self, compact_index: u64) -> Result<(), StorageFault> {
+        if compact_index <= self.truncated_index {
+            return Ok(());
+        }
+        assert!(compact_index <= self.applied_index, "compacting unapplied entries");
+        let term = raft::Storage::term(self, compact_index).map_err(|e| StorageFault::Corrupt {
+            path: self.path.clone(),
+            reason: format!("term of applied index {compact_index}: {e}"),
+        })?;
+        let mut batch = WriteBatch::default();
+        batch.delete_range(log_key(self.first_log_index()), log_key(compact_index + 1));
+        batch.put(KEY_TRUNCATED, encode_pair(compact_index, term));
+        self.db.write_opt(batch, &synced()).map_err(rocks(&self.path))?;
+        let n = (compact_index - self.truncated_index) as usize;
+        self.terms.drain(..n);
+        self.truncated_index = compact_index;
+        self.truncated_term = term;
+        Ok(())
+    }
+
+    fn store_err(&self, what: &str, e: impl std::fmt::Display) -> raft::Error {
+        raft::Error::Store(StorageError::Other(
+            format!("{what} in {}: {e}", self.path.display()).into(),
+        ))
+    }
+}
+
+impl raft::Storage for NodeStorage {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        Ok(RaftState::new(self.hard_state.clone(), self.conf_state.clone()))
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        _context: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        if low < self.first_log_index() {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        if high > self.last_log_index() + 1 {
+            return Err(raft::Error::Store(StorageError::Unavailable));
+        }
+        let mut entries = Vec::with_capacity((high - low) as usize);
+        let mut opts = ReadOptions::default();
+        opts.set_iterate_upper_bound(log_key(high));
+        for item in
+            self.db.iterator_opt(IteratorMode::From(&log_key(low), Direction::Forward), opts)
+        {
+            let (_, value) = item.map_err(|e| self.store_err("reading log", e))?;
+            let entry =
+                Entry::parse_from_bytes(&value).map_err(|e| self.store_err("decoding log", e))?;
+            entries.push(entry);
+        }
+        if entries.len() as u64 != high - low {
+            return Err(
+                self.store_err("reading log", format!("entries [{low}, {high}) are missing"))
+            );
+        }
+        raft::util::limit_size(&mut entries, max_size.into());
+        Ok(entries)
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        if idx == self.truncated_index {
+            return Ok(self.truncated_term);
+        }
+        if idx < self.truncated_index {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        let offset = (idx - self.truncated_index - 1) as usize;
+        self.terms.get(offset).copied().ok_or(raft::Error::Store(StorageError::Unavailable))
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        Ok(self.first_log_index())
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        Ok(self.last_log_index())
+    }
+
+    /// The whole state machine at the applied index: small (a few MB at most), built on demand.
+    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        if self.applied_index < request_index {
+            return Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable));
+        }
+        let mut snap = Snapshot::default();
+        snap.set_data(self.state.encode_snapshot().into());
+        let meta = snap.mut_metadata();
+        meta.index = self.applied_index;
+        meta.term = self.term(self.applied_index)?;
+        meta.set_conf_state(self.conf_state.clone());
+        Ok(snap)
+    }
+}
+
+fn synced() -> WriteOptions {
+    let mut opts = WriteOptions::default();
+    opts.set_sync(true);
+    opts
+}
+
+fn bounded(prefix: &[u8]) -> ReadOptions {
+    let mut opts = ReadOptions::default();
+    opts.set_iterate_upper_bound(prefix_end(prefix));
+    opts
+}
+
+fn encode_pair(a: u64, b: u64) -> Vec<u8> {
+    [a.to_be_bytes(), b.to_be_bytes()].concat()
+}
+
+fn decode_pair(bytes: &[u8]) -> Option<(u64, u64)> {
+    Some((decode_u64(bytes.get(..8)?)?, decode_u64(bytes.get(8..)?)?))
+}
+
+fn decode_u64(bytes: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(bytes.try_into().ok()?))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,301 @@
+//! `NodeStorage` against raft-rs's `MemStorage`: the same operations must give the same answers,
+//! and everything must survive a reopen.
+
+use super::*;
+use proptest::prelude::*;
+use raft::storage::MemStorage;
+use raft::Storage;
+use seqsvr_core::store::Command;
+
+fn identity() -> Identity {
+    Identity { set_id: SetId(0), node_id: NodeId(1) }
+}
+
+fn voters() -> Vec<NodeId> {
+    vec![NodeId(1), NodeId(2), NodeId(3)]
+}
+
+fn entry(index: u64, term: u64) -> Entry {
+    let mut e = Entry { index, term, ..Default::default() };
+    e.set_data(format!("entry {index}@{term}").into_bytes().into());
+    e
+}
+
+fn open(dir: &Path) -> NodeStorage {
+    NodeStorage::open(dir, identity(), &voters()).expect("open")
+}
+
+/// Compares every read the Raft core makes on the two storages.
+fn check_same(ours: &NodeStorage, mem: &MemStorage) {
+    assert_eq!(ours.first_index().unwrap(), mem.first_index().unwrap(), "first_index");
+    assert_eq!(ours.last_index().unwrap(), mem.last_index().unwrap(), "last_index");
+    let first = ours.first_index().unwrap();
+    let last = ours.last_index().unwrap();
+    for idx in first..=last + 1 {
+        assert_eq!(
+            ours.term(idx).map_err(|e| e.to_string()),
+            mem.term(idx).map_err(|e| e.to_string()),
+            "term({idx})"
+        );
+    }
+    // The term of the truncated index must answer (MemStorage only keeps it after a snapshot).
+    assert!(ours.term(first - 1).is_ok(), "term of truncated index {}", first - 1);
+    if first >= 2 {
+        assert!(matches!(ours.term(first - 2), Err(raft::Error::Store(StorageError::Compacted))));
+        assert!(matches!(
+            ours.entries(first - 1, last + 1, None, GetEntriesContext::empty(false)),
+            Err(raft::Error::Store(StorageError::Compacted))
+        ));
+    }
+    if last >= first {
+        let ctx = || GetEntriesContext::empty(false);
+        assert_eq!(
+            ours.entries(first, last + 1, None, ctx()).unwrap(),
+            mem.entries(first, last + 1, None, ctx()).unwrap()
+        );
+        let one = ours.entries(first, last + 1, Some(0), ctx()).unwrap();
+        assert_eq!(one.len(), 1, "max_size 0 still returns one entry");
+    }
+}
+
+#[test]
+fn fresh_store_starts_like_mem_storage_with_conf_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let ours = open(dir.path());
+    let mem = MemStorage::new_with_conf_state(ConfState::from((vec![1, 2, 3], vec![])));
+    check_same(&ours, &mem);
+    assert_eq!(ours.initial_state().unwrap().conf_state.voters, vec![1, 2, 3]);
+    assert_eq!(ours.applied_index(), 0);
+}
+
+#[test]
+fn append_overwrite_compact_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ours = open(dir.path());
+    let mem = MemStorage::new_with_conf_state(ConfState::from((vec![1, 2, 3], vec![])));
+    let ents: Vec<Entry> = (1..=10).map(|i| entry(i, 1)).collect();
+    ours.persist(None, &ents, None).unwrap();
+    mem.wl().append(&ents).unwrap();
+    check_same(&ours, &mem);
+
+    // A new leader overwrites a conflicting suffix.
+    let newer: Vec<Entry> = (7..=8).map(|i| entry(i, 2)).collect();
+    ours.persist(None, &newer, None).unwrap();
+    mem.wl().append(&newer).unwrap();
+    check_same(&ours, &mem);
+
+    // Compaction keeps the term of the truncated index.
+    ours.commit_apply(AppliedBatch { applied_index: 6, ..Default::default() }).unwrap();
+    ours.compact(5).unwrap();
+    mem.wl().compact(6).unwrap(); // MemStorage keeps entry `compact_index` as its dummy.
+    assert_eq!(ours.first_index().unwrap(), 6);
+    assert_eq!(ours.term(5).unwrap(), 1);
+    assert!(matches!(ours.term(4), Err(raft::Error::Store(StorageError::Compacted))));
+    let hs = HardState { term: 2, commit: 7, vote: 3, ..Default::default() };
+    ours.persist(None, &[], Some(&hs)).unwrap();
+
+    drop(ours);
+    let again = open(dir.path());
+    assert_eq!(again.hard_state(), &hs);
+    assert_eq!(again.first_index().unwrap(), 6);
+    assert_eq!(again.last_index().unwrap(), 8);
+    assert_eq!(again.term(8).unwrap(), 2);
+    assert_eq!(again.term(5).unwrap(), 1);
+    assert_eq!(again.applied_index(), 6);
+    assert_eq!(
+        again.entries(6, 9, None, GetEntriesContext::empty(false)).unwrap(),
+        mem.entries(6, 9, None, GetEntriesContext::empty(false)).unwrap()
+    );
+}
+
+#[test]
+fn applied_state_survives_reopen_and_snapshots_carry_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ours = open(dir.path());
+    ours.persist(None, &[entry(1, 1), entry(2, 1)], None).unwrap();
+    let out = ours
+        .state_mut()
+        .apply(&Command::AdvanceMaxSeq { sections: vec![(SectionId(4), 500), (SectionId(9), 7)] });
+    ours.commit_apply(AppliedBatch {
+        applied_index: 2,
+        changed: out.changed,
+        ..Default::default()
+    })
+    .unwrap();
+    let snap = ours.snapshot(0, 2).unwrap();
+    assert_eq!(snap.get_metadata().index, 2);
+    assert_eq!(snap.get_metadata().term, 1);
+    assert!(matches!(
+        ours.snapshot(3, 2),
+        Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable))
+    ));
+    drop(ours);
+    let again = open(dir.path());
+    assert_eq!(again.state().max_seq(SectionId(4)), 500);
+    assert_eq!(again.state().max_seq(SectionId(9)), 7);
+
+    // A member far behind installs the snapshot and agrees.
+    let dir2 = tempfile::tempdir().unwrap();
+    let mut behind = NodeStorage::open(
+        dir2.path(),
+        Identity { set_id: SetId(0), node_id: NodeId(2) },
+        &voters(),
+    )
+    .unwrap();
+    behind.persist(Some(&snap), &[entry(3, 1)], None).unwrap();
+    assert_eq!(behind.state(), again.state());
+    assert_eq!(behind.applied_index(), 2);
+    assert_eq!(behind.first_index().unwrap(), 3);
+    assert_eq!(behind.term(2).unwrap(), 1);
+    assert_eq!(behind.hard_state().commit, 2);
+    drop(behind);
+    let behind = NodeStorage::open(
+        dir2.path(),
+        Identity { set_id: SetId(0), node_id: NodeId(2) },
+        &voters(),
+    )
+    .unwrap();
+    assert_eq!(behind.state(), again.state());
+    assert_eq!(behind.last_index().unwrap(), 3);
+}
+
+#[test]
+fn snapshot_that_lowers_a_section_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ours = open(dir.path());
+    ours.persist(None, &[entry(1, 1)], None).unwrap();
+    let out =
+        ours.state_mut().apply(&Command::AdvanceMaxSeq { sections: vec![(SectionId(1), 100)] });
+    ours.commit_apply(AppliedBatch {
+        applied_index: 1,
+        changed: out.changed,
+        ..Default::default()
+    })
+    .unwrap();
+    let mut snap = Snapshot::default();
+    snap.set_data(StoreState::new().encode_snapshot().into());
+    snap.mut_metadata().index = 5;
+    snap.mut_metadata().term = 2;
+    let err = ours.persist(Some(&snap), &[], None).unwrap_err().to_string();
+    assert!(err.contains("would lower section 1"), "{err}");
+    assert_eq!(ours.state().max_seq(SectionId(1)), 100, "nothing changed");
+}
+
+#[test]
+fn refuses_foreign_or_mismatched_data_dirs() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(open(dir.path()));
+    let other = Identity { set_id: SetId(0), node_id: NodeId(2) };
+    let err = NodeStorage::open(dir.path(), other, &voters()).err().unwrap().to_string();
+    assert!(err.contains("belongs to set 0 member 1"), "{err}");
+
+    let junk = tempfile::tempdir().unwrap();
+    std::fs::write(junk.path().join("notes.txt"), "not a database").unwrap();
+    let err = NodeStorage::open(junk.path(), identity(), &voters()).err().unwrap().to_string();
+    assert!(err.contains("Refusing to start"), "{err}");
+    assert!(junk.path().join("notes.txt").exists(), "nothing was re-initialised");
+
+    // A RocksDB without our identity record (e.g. another program's) is refused too.
+    let foreign = tempfile::tempdir().unwrap();
+    {
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        let db = DB::open(&opts, foreign.path()).unwrap();
+        db.put(b"k", b"v").unwrap();
+    }
+    let err = NodeStorage::open(foreign.path(), identity(), &voters()).err().unwrap().to_string();
+    assert!(err.contains("identity"), "{err}");
+}
+
+#[test]
+fn corrupt_log_is_detected_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ours = open(dir.path());
+    ours.persist(None, &(1..=3).map(|i| entry(i, 1)).collect::<Vec<_>>(), None).unwrap();
+    ours.db.delete(log_key(2)).unwrap();
+    drop(ours);
+    let err = NodeStorage::open(dir.path(), identity(), &voters()).err().unwrap().to_string();
+    assert!(err.contains("log gap"), "{err}");
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// Append `n` entries of `term` starting `back` entries before the end (overwriting).
+    Append {
+        back: u64,
+        n: u64,
+        term_bump: u64,
+    },
+    /// Apply and compact up to a fraction of the log.
+    Compact {
+        permille: u64,
+    },
+    Reopen,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0u64..4, 1u64..6, 0u64..2).prop_map(|(back, n, term_bump)| Op::Append { back, n, term_bump }),
+        1 => (0u64..1000).prop_map(|permille| Op::Compact { permille }),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Random appends (with overwrites), compactions and reopens: `NodeStorage` answers like
+    /// `MemStorage` after every step.
+    #[test]
+    fn behaves_like_mem_storage(ops in prop::collection::vec(op(), 1..30)) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ours = Some(open(dir.path()));
+        let mem = MemStorage::new_with_conf_state(ConfState::from((vec![1, 2, 3], vec![])));
+        let mut term = 1;
+        for op in ops {
+            let s = ours.as_mut().unwrap();
+            match op {
+                Op::Append { back, n, term_bump } => {
+                    term += term_bump;
+                    let last = s.last_index().unwrap();
+                    let first = s.first_index().unwrap();
+                    let start = (last + 1).saturating_sub(back).max(first).max(s.applied_index() + 1);
+                    let ents: Vec<Entry> = (start..start + n).map(|i| entry(i, term)).collect();
+                    s.persist(None, &ents, None).unwrap();
+                    mem.wl().append(&ents).unwrap();
+                }
+                Op::Compact { permille } => {
+                    let (first, last) = (s.first_index().unwrap(), s.last_index().unwrap());
+                    // MemStorage forgets its first index if compacted empty: keep one entry.
+                    if last > first {
+                        let to = first + (last - first) * permille / 1000;
+                        s.commit_apply(AppliedBatch { applied_index: to.max(s.applied_index()), ..Default::default() }).unwrap();
+                        s.compact(to).unwrap();
+                        mem.wl().compact(to + 1).unwrap();
+                    }
+                }
+                Op::Reopen => {
+                    drop(ours.take());
+                    ours = Some(open(dir.path()));
+                }
+            }
+            check_same(ours.as_ref().unwrap(), &mem);
+        }
+    }
+}
+
+#[test]
+fn a_section_raised_by_several_entries_of_one_batch_persists_its_last_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ours = open(dir.path());
+    ours.persist(None, &[entry(1, 1), entry(2, 1)], None).unwrap();
+    let mut changed = Vec::new();
+    for v in [49, 105] {
+        let out =
+            ours.state_mut().apply(&Command::AdvanceMaxSeq { sections: vec![(SectionId(3), v)] });
+        changed.extend(out.changed);
+    }
+    ours.commit_apply(AppliedBatch { applied_index: 2, changed, ..Default::default() }).unwrap();
+    drop(ours);
+    assert_eq!(open(dir.path()).state().max_seq(SectionId(3)), 105);
+}

@@ -1,0 +1,37 @@
+# Shared by the scripts: installs what the build needs when missing, and picks the one build
+# profile and target dir every script uses. Source it; do not run it.
+
+SEQSVR_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# One profile (release) for tests, the local cluster and benchmarks: RocksDB's C++ build takes
+# ~25 minutes per profile on 2 cores. The target dir lives outside the clone so a CI cache (or a
+# second clone) reuses it; override with CARGO_TARGET_DIR.
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/seqsvr/target}
+SEQSVR_BIN=$CARGO_TARGET_DIR/release
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# RocksDB's bindgen needs libclang; its C++ sources need a C++ compiler.
+ensure_build_deps() {
+  local missing=()
+  if ! ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1; then
+    missing+=(libclang-dev)
+  fi
+  command -v c++ >/dev/null 2>&1 || missing+=(g++)
+  command -v make >/dev/null 2>&1 || missing+=(make)
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo ">> installing build dependencies: ${missing[*]}"
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  if ! command -v cargo >/dev/null 2>&1; then
+    echo "error: cargo not found: install Rust (https://rustup.rs) first" >&2
+    exit 1
+  fi
+}
+
+build_release_bins() {
+  echo ">> cargo build --release --bins (target dir: $CARGO_TARGET_DIR; a cold build takes ~25 min)"
+  (cd "$SEQSVR_ROOT" && cargo build --release --workspace --bins)
+}
