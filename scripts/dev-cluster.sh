@@ -2,7 +2,7 @@
 # The local cluster on 127.0.0.1, in the background:
 #   scripts/dev-cluster.sh up      build, start, wait until it serves, print how to talk to it
 #   scripts/dev-cluster.sh down    stop exactly the processes `up` started (by PID)
-#   scripts/dev-cluster.sh status  seqctl store status
+#   scripts/dev-cluster.sh status  seqctl status
 #   scripts/dev-cluster.sh wipe    down, then delete data/local
 # Data, logs, PID files and the cluster config it used live under data/local/.
 set -euo pipefail
@@ -11,17 +11,26 @@ cd "$SEQSVR_ROOT"
 
 LOCAL=$SEQSVR_ROOT/data/local
 CONFIG=$LOCAL/cluster.toml
-SET_ID=0
-MEMBERS=(1 2 3)
+# name → command line, for every process of config/cluster.toml (2 sets × 3 stores + 2 allocs).
+declare -A PROCS
+for set in 0 1; do
+  for id in 1 2 3; do
+    PROCS[store-$set-$id]="storesvr --config $CONFIG --set-id $set --node-id $id --data-dir $LOCAL/store-$set-$id"
+  done
+  for i in 1 2; do
+    PROCS[alloc-$set-$i]="allocsvr --config $CONFIG --set-id $set --addr 127.0.0.1:72$set$i"
+  done
+done
+NAMES=$(printf '%s\n' "${!PROCS[@]}" | sort)
 
-pid_file() { echo "$LOCAL/pids/store-$SET_ID-$1.pid"; }
+pid_file() { echo "$LOCAL/pids/$1.pid"; }
 
 # True if the PID in $1 is alive and is one of our storesvr processes.
 ours_running() {
   local f=$1 pid
   [ -f "$f" ] || return 1
   pid=$(cat "$f")
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -q storesvr "/proc/$pid/cmdline" 2>/dev/null
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -qE 'storesvr|allocsvr' "/proc/$pid/cmdline" 2>/dev/null
 }
 
 seqctl() { "$SEQSVR_BIN/seqctl" --config "$CONFIG" "$@"; }
@@ -31,42 +40,46 @@ up() {
   build_release_bins
   mkdir -p "$LOCAL/pids" "$LOCAL/logs"
   [ -f "$CONFIG" ] || cp config/cluster.toml "$CONFIG"
-  for id in "${MEMBERS[@]}"; do
-    if ours_running "$(pid_file "$id")"; then
-      echo ">> store $SET_ID/$id already running (pid $(cat "$(pid_file "$id")"))"
+  for name in $NAMES; do
+    if ours_running "$(pid_file "$name")"; then
+      echo ">> $name already running (pid $(cat "$(pid_file "$name")"))"
       continue
     fi
-    nohup "$SEQSVR_BIN/storesvr" --config "$CONFIG" --set-id "$SET_ID" --node-id "$id" \
-      --data-dir "$LOCAL/store-$SET_ID-$id" >>"$LOCAL/logs/store-$SET_ID-$id.log" 2>&1 </dev/null &
-    echo $! >"$(pid_file "$id")"
-    echo ">> started store $SET_ID/$id (pid $!), log: data/local/logs/store-$SET_ID-$id.log"
+    # shellcheck disable=SC2086
+    nohup "$SEQSVR_BIN"/${PROCS[$name]} >>"$LOCAL/logs/$name.log" 2>&1 </dev/null &
+    echo $! >"$(pid_file "$name")"
+    echo ">> started $name (pid $!), log: data/local/logs/$name.log"
   done
-  echo ">> waiting for a leader"
+  echo ">> waiting until both sets serve (a new store leader first waits one lease)"
   for _ in $(seq 1 600); do
-    if seqctl store status --json 2>/dev/null | grep -q '"role": "leader"'; then
-      seqctl store status || true
+    if seqctl --timeout-ms 1000 get 42 2147500042 >/dev/null 2>&1; then
+      seqctl status || true
       cat <<MSG
 
-The local cluster serves (one set of 3 StoreSvrs on 127.0.0.1:7101-7103; data in data/local/).
+The local cluster serves: 2 sets, each 3 StoreSvrs + 2 AllocSvrs on 127.0.0.1 (data in data/local/).
+  set 0: uids [0, 2147500000)          stores :7101-7103, allocs :7201-7202
+  set 1: uids [2147500000, 4294900000) stores :7111-7113, allocs :7211-7212
 Talk to it:
-  $SEQSVR_BIN/seqctl --config data/local/cluster.toml store status
-  $SEQSVR_BIN/seqctl --config data/local/cluster.toml store advance 42=10000
-  $SEQSVR_BIN/seqctl --config data/local/cluster.toml store get 42
-  grpcurl -plaintext 127.0.0.1:7101 list
+  $SEQSVR_BIN/seqctl --config data/local/cluster.toml next 42 42 2147500042
+  $SEQSVR_BIN/seqctl --config data/local/cluster.toml get 42
+  $SEQSVR_BIN/seqctl --config data/local/cluster.toml status
+  $SEQSVR_BIN/seqctl --config data/local/cluster.toml route
+  $SEQSVR_BIN/seqctl --config data/local/cluster.toml leases
+  grpcurl -plaintext -d '{"uid": 42}' 127.0.0.1:7201 seqsvr.v1.SeqService/Next
 Stop it with: scripts/dev-cluster.sh down
 MSG
       return 0
     fi
-    for id in "${MEMBERS[@]}"; do
-      if ! ours_running "$(pid_file "$id")"; then
-        echo "error: store $SET_ID/$id exited; last lines of its log:" >&2
-        tail -n 20 "$LOCAL/logs/store-$SET_ID-$id.log" >&2
+    for name in $NAMES; do
+      if ! ours_running "$(pid_file "$name")"; then
+        echo "error: $name exited; last lines of its log:" >&2
+        tail -n 20 "$LOCAL/logs/$name.log" >&2
         exit 1
       fi
     done
     sleep 0.1
   done
-  echo "error: no leader after 60 s; see data/local/logs/" >&2
+  echo "error: the cluster did not serve within 60 s; see data/local/logs/" >&2
   exit 1
 }
 
@@ -91,7 +104,7 @@ down() {
 case "${1:-}" in
   up) up ;;
   down) down ;;
-  status) seqctl store status ;;
+  status) seqctl status ;;
   wipe) down; rm -rf "$LOCAL"; echo ">> removed data/local" ;;
   *) echo "usage: $0 up|down|status|wipe" >&2; exit 2 ;;
 esac

@@ -8,7 +8,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     unsafe { std::env::set_var("PROTOC", protoc) };
 
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
-    let protos = [root.join("seqsvr/v1/store.proto")];
+    let protos = [root.join("seqsvr/v1/seq.proto"), root.join("seqsvr/v1/store.proto")];
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     tonic_prost_build::configure()
         .file_descriptor_set_path(out_dir.join("seqsvr_v1_descriptor.bin"))

@@ -81,7 +81,8 @@ async fn followers_answer_with_the_leader_address() {
     let mut direct = pb::store_service_client::StoreServiceClient::new(channel);
     let err = direct
         .advance_max_seq(pb::AdvanceMaxSeqRequest {
-            sections: vec![pb::SectionMaxSeq { section: 1, max_seq: 1 }],
+            sections: vec![pb::SectionMaxSeq { section: 1, max_seq: 1, lease_epoch: 0 }],
+            alloc_id: 0,
         })
         .await
         .expect_err("a follower does not serve");

@@ -3,9 +3,11 @@
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
+use seqsvr_client::seq::SeqClient;
 use seqsvr_client::store::{member_status, StoreClient};
 use seqsvr_core::config::{ClusterConfig, SetConfig};
 use seqsvr_core::ids::{NodeId, SectionId, SetId};
+use seqsvr_proto::v1 as pb;
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -29,6 +31,62 @@ enum Command {
     /// StoreSvr (Raft group) commands.
     #[command(subcommand)]
     Store(StoreCommand),
+    /// Allocate the next sequence of each uid (one line per uid: `UID SEQ`).
+    Next {
+        #[arg(required = true)]
+        uids: Vec<u64>,
+    },
+    /// The current sequence of each uid, without allocating (`UID SEQ`; 0 = never allocated).
+    Get {
+        #[arg(required = true)]
+        uids: Vec<u64>,
+    },
+    /// Every set's route table: which AllocSvr serves which sections.
+    Route {
+        #[arg(long)]
+        json: bool,
+    },
+    /// AllocSvr registrations and leases as each set's leader sees them.
+    Leases {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Section commands.
+    #[command(subcommand)]
+    Section(SectionCommand),
+    /// AllocSvr commands.
+    #[command(subcommand)]
+    Alloc(AllocCommand),
+    /// The whole cluster at a glance: store members, AllocSvrs, route versions.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum SectionCommand {
+    /// Move SECTION (and the `--count - 1` after it) to AllocSvr `--to`. The old owner stops at
+    /// its next heartbeat; the new one serves once the old lease must have run out.
+    Move {
+        section: u64,
+        #[arg(long)]
+        to: u64,
+        #[arg(long, default_value_t = 1)]
+        count: u64,
+    },
+}
+
+#[derive(Subcommand)]
+enum AllocCommand {
+    /// Move every section away from an AllocSvr and give it none (`--undo` to stop draining).
+    Drain {
+        alloc_id: u64,
+        #[arg(long)]
+        set: Option<u64>,
+        #[arg(long)]
+        undo: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -114,6 +172,67 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let config = load(&cli.config)?;
     let timeout = Duration::from_millis(cli.timeout_ms);
     match cli.command {
+        Command::Next { uids } => seq_command(&config, timeout, &uids, true).await,
+        Command::Get { uids } => seq_command(&config, timeout, &uids, false).await,
+        Command::Route { json } => route(&config, timeout, json).await,
+        Command::Leases { json } => leases(&config, timeout, json).await,
+        Command::Status { json } => status(&config, timeout, json).await,
+        Command::Section(SectionCommand::Move { section, to, count }) => {
+            let Some(set) = config
+                .sets
+                .iter()
+                .find(|s| s.sections(config.section_size).contains(SectionId(section)))
+            else {
+                bail!("section {section} belongs to no set of the cluster");
+            };
+            let client = store_client(set)?;
+            let request = pb::MoveSectionsRequest {
+                section_begin: section,
+                section_end: section.saturating_add(count.max(1)),
+                to_alloc_id: to,
+            };
+            let result = client
+                .admin(timeout, |mut c, _| {
+                    let r = request;
+                    async move { c.move_sections(r).await }
+                })
+                .await;
+            match result {
+                Ok(r) => {
+                    println!(
+                        "set {}: sections [{section}, {}) assigned to alloc {to} at lease epoch {}; \
+                         served there once the previous owner's lease has run out",
+                        set.id,
+                        section.saturating_add(count.max(1)),
+                        r.lease_epoch
+                    );
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(status) => grpc_failure(status),
+            }
+        }
+        Command::Alloc(AllocCommand::Drain { alloc_id, set, undo }) => {
+            let set = pick_set(&config, set)?;
+            let client = store_client(set)?;
+            let request = pb::DrainAllocRequest { alloc_id, drain: !undo };
+            match client
+                .admin(timeout, |mut c, _| async move { c.drain_alloc(request).await })
+                .await
+            {
+                Ok(_) => {
+                    if undo {
+                        println!("set {}: alloc {alloc_id} may receive sections again", set.id);
+                    } else {
+                        println!(
+                            "set {}: alloc {alloc_id} is draining; its sections move away",
+                            set.id
+                        );
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(status) => grpc_failure(status),
+            }
+        }
         Command::Store(StoreCommand::Status { json }) => store_status(&config, timeout, json).await,
         Command::Store(StoreCommand::Get { set, sections }) => {
             let client = store_client(pick_set(&config, set)?)?;
@@ -186,31 +305,8 @@ async fn store_status(
     timeout: Duration,
     as_json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let mut rows = Vec::new();
-    let mut all_answered = true;
-    for set in &config.sets {
-        for m in &set.stores {
-            let row = match member_status(&m.addr, timeout).await {
-                Ok(s) => json!({
-                    "set": set.id.0, "id": m.id.0, "addr": m.addr, "role": s.role, "term": s.term,
-                    "leader_id": s.leader_id, "commit_index": s.commit_index,
-                    "applied_index": s.applied_index, "first_index": s.first_index,
-                    "last_index": s.last_index, "snapshot_index": s.snapshot_index,
-                    "voters": s.voters, "learners": s.learners,
-                    "section_begin": s.section_begin, "section_end": s.section_end,
-                }),
-                Err(status) => {
-                    all_answered = false;
-                    json!({
-                        "set": set.id.0, "id": m.id.0, "addr": m.addr, "role": "unreachable",
-                        "term": null, "leader_id": null, "commit_index": null, "applied_index": null,
-                        "error": status.message(),
-                    })
-                }
-            };
-            rows.push(row);
-        }
-    }
+    let rows = store_rows(config, timeout).await;
+    let all_answered = rows.iter().all(|r| r["role"] != "unreachable");
     if as_json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
@@ -240,4 +336,280 @@ async fn store_status(
         }
     }
     Ok(if all_answered { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// The route table of each set, from its store leader (authoritative).
+async fn route_tables(
+    config: &ClusterConfig,
+    timeout: Duration,
+) -> Vec<(SetId, Result<pb::RouteTable, tonic::Status>)> {
+    let mut out = Vec::new();
+    for set in &config.sets {
+        let result = match store_client(set) {
+            Ok(client) => client
+                .admin(timeout, |mut c, _| async move {
+                    c.route_table(pb::GetRouteTableRequest {}).await
+                })
+                .await
+                .and_then(|r| {
+                    r.route_table.ok_or_else(|| tonic::Status::internal("empty route table"))
+                }),
+            Err(e) => Err(tonic::Status::invalid_argument(e.to_string())),
+        };
+        out.push((set.id, result));
+    }
+    out
+}
+
+/// Seeds for the client SDK: the config's AllocSvr list of each set, else the addresses in the
+/// set's route table as its store leader knows it.
+async fn seeds(config: &ClusterConfig, timeout: Duration) -> Vec<String> {
+    let mut seeds: Vec<String> =
+        config.sets.iter().flat_map(|s| s.allocs.iter().cloned()).collect();
+    let missing: Vec<&SetConfig> = config.sets.iter().filter(|s| s.allocs.is_empty()).collect();
+    if !missing.is_empty() {
+        for (_, table) in route_tables(config, timeout).await {
+            if let Ok(t) = table {
+                if let Some(e) = t.entries.first() {
+                    seeds.push(e.addr.clone());
+                }
+            }
+        }
+    }
+    seeds.sort();
+    seeds.dedup();
+    seeds
+}
+
+async fn seq_command(
+    config: &ClusterConfig,
+    timeout: Duration,
+    uids: &[u64],
+    allocate: bool,
+) -> anyhow::Result<ExitCode> {
+    let seeds = seeds(config, timeout).await;
+    if seeds.is_empty() {
+        bail!("no AllocSvr address known: list `allocs` in the config or start an AllocSvr");
+    }
+    let client = match SeqClient::connect(&seeds, timeout).await {
+        Ok(c) => c,
+        Err(status) => return grpc_failure(status),
+    };
+    for &uid in uids {
+        let result = if allocate {
+            client.next(uid, timeout).await
+        } else {
+            client.current(uid, timeout).await
+        };
+        match result {
+            Ok(seq) => println!("{uid} {seq}"),
+            Err(status) => return grpc_failure(status),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn route_json(table: &pb::RouteTable) -> serde_json::Value {
+    json!({
+        "set": table.set_id, "version": table.version, "uid_begin": table.uid_begin,
+        "uid_end": table.uid_end, "section_size": table.section_size,
+        "entries": table.entries.iter().map(|e| json!({
+            "section_begin": e.section_begin, "section_end": e.section_end,
+            "alloc_id": e.alloc_id, "addr": e.addr,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+async fn route(
+    config: &ClusterConfig,
+    timeout: Duration,
+    as_json: bool,
+) -> anyhow::Result<ExitCode> {
+    let mut ok = true;
+    let mut rows = Vec::new();
+    for (set, table) in route_tables(config, timeout).await {
+        match table {
+            Ok(t) => rows.push(route_json(&t)),
+            Err(status) => {
+                ok = false;
+                rows.push(json!({ "set": set.0, "version": null, "entries": [], "error": status.message() }));
+            }
+        }
+    }
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        for r in &rows {
+            println!("set {} route table v{}", r["set"], r["version"]);
+            if let Some(e) = r.get("error") {
+                println!("  error: {}", e.as_str().unwrap_or(""));
+            }
+            println!("  {:>10} {:>10} {:>6}  ADDR", "SECTIONS", "", "ALLOC");
+            for e in r["entries"].as_array().into_iter().flatten() {
+                println!(
+                    "  {:>10} {:>10} {:>6}  {}",
+                    text(&e["section_begin"]),
+                    text(&e["section_end"]),
+                    text(&e["alloc_id"]),
+                    text(&e["addr"])
+                );
+            }
+        }
+    }
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+async fn leases_json(config: &ClusterConfig, timeout: Duration) -> (bool, Vec<serde_json::Value>) {
+    let mut ok = true;
+    let mut rows = Vec::new();
+    for set in &config.sets {
+        let result = match store_client(set) {
+            Ok(client) => {
+                client
+                    .admin(timeout, |mut c, _| async move { c.leases(pb::LeasesRequest {}).await })
+                    .await
+            }
+            Err(e) => Err(tonic::Status::invalid_argument(e.to_string())),
+        };
+        match result {
+            Ok(l) => rows.push(json!({
+                "set": set.id.0, "lease_ms": l.lease_ms, "lease_margin_ms": l.lease_margin_ms,
+                "route_version": l.route_version,
+                "allocs": l.allocs.iter().map(|a| json!({
+                    "alloc_id": a.alloc_id, "addr": a.addr, "draining": a.draining,
+                    "replaced": a.replaced, "expired": a.expired,
+                    "ms_since_grant": a.ms_since_grant, "lease_left_ms": a.lease_left_ms,
+                    "n_sections": a.n_sections,
+                })).collect::<Vec<_>>(),
+                "runs": l.runs.iter().map(|r| json!({
+                    "section_begin": r.section_begin, "section_end": r.section_end,
+                    "alloc_id": r.alloc_id, "lease_epoch": r.lease_epoch, "settled": r.settled,
+                })).collect::<Vec<_>>(),
+            })),
+            Err(status) => {
+                ok = false;
+                rows.push(
+                    json!({ "set": set.id.0, "error": status.message(), "allocs": [], "runs": [] }),
+                );
+            }
+        }
+    }
+    (ok, rows)
+}
+
+fn print_leases(rows: &[serde_json::Value]) {
+    for r in rows {
+        println!(
+            "set {}: lease {} ms (margin {} ms), route v{}",
+            r["set"], r["lease_ms"], r["lease_margin_ms"], r["route_version"]
+        );
+        if let Some(e) = r.get("error") {
+            println!("  error: {}", e.as_str().unwrap_or(""));
+            continue;
+        }
+        println!(
+            "  {:>6} {:<22} {:<10} {:>9} {:>12}",
+            "ALLOC", "ADDR", "STATE", "SECTIONS", "LEASE LEFT"
+        );
+        for a in r["allocs"].as_array().into_iter().flatten() {
+            let state = if a["replaced"] == true {
+                "replaced"
+            } else if a["expired"] == true {
+                "expired"
+            } else if a["draining"] == true {
+                "draining"
+            } else {
+                "live"
+            };
+            println!(
+                "  {:>6} {:<22} {:<10} {:>9} {:>9} ms",
+                text(&a["alloc_id"]),
+                text(&a["addr"]),
+                state,
+                text(&a["n_sections"]),
+                text(&a["lease_left_ms"])
+            );
+        }
+        println!("  {:>10} {:>10} {:>6} {:>6}  SETTLED", "SECTIONS", "", "ALLOC", "EPOCH");
+        for run in r["runs"].as_array().into_iter().flatten() {
+            println!(
+                "  {:>10} {:>10} {:>6} {:>6}  {}",
+                text(&run["section_begin"]),
+                text(&run["section_end"]),
+                text(&run["alloc_id"]),
+                text(&run["lease_epoch"]),
+                text(&run["settled"])
+            );
+        }
+    }
+}
+
+async fn leases(
+    config: &ClusterConfig,
+    timeout: Duration,
+    as_json: bool,
+) -> anyhow::Result<ExitCode> {
+    let (ok, rows) = leases_json(config, timeout).await;
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print_leases(&rows);
+    }
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+async fn status(
+    config: &ClusterConfig,
+    timeout: Duration,
+    as_json: bool,
+) -> anyhow::Result<ExitCode> {
+    if as_json {
+        let (ok, leases) = leases_json(config, timeout).await;
+        let store = store_rows(config, timeout).await;
+        let all_up = store.iter().all(|r| r["role"] != "unreachable");
+        println!("{}", serde_json::to_string_pretty(&json!({ "store": store, "leases": leases }))?);
+        return Ok(if ok && all_up { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+    }
+    let store_code = store_status(config, timeout, false).await?;
+    println!();
+    let (ok, rows) = leases_json(config, timeout).await;
+    print_leases(&rows);
+    Ok(if ok && store_code == ExitCode::SUCCESS { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Every store member's own status; unreachable members get role "unreachable".
+async fn store_rows(config: &ClusterConfig, timeout: Duration) -> Vec<serde_json::Value> {
+    let mut rows = Vec::new();
+    for set in &config.sets {
+        for m in &set.stores {
+            let row = match member_status(&m.addr, timeout).await {
+                Ok(s) => json!({
+                    "set": set.id.0, "id": m.id.0, "addr": m.addr, "role": s.role, "term": s.term,
+                    "leader_id": s.leader_id, "commit_index": s.commit_index,
+                    "applied_index": s.applied_index, "first_index": s.first_index,
+                    "last_index": s.last_index, "snapshot_index": s.snapshot_index,
+                    "voters": s.voters, "learners": s.learners,
+                    "section_begin": s.section_begin, "section_end": s.section_end,
+                }),
+                Err(status) => {
+                    json!({
+                        "set": set.id.0, "id": m.id.0, "addr": m.addr, "role": "unreachable",
+                        "term": null, "leader_id": null, "commit_index": null, "applied_index": null,
+                        "error": status.message(),
+                    })
+                }
+            };
+            rows.push(row);
+        }
+    }
+    rows
+}
+
+/// A JSON value as table text: strings without quotes, null as "-".
+fn text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => "-".into(),
+        other => other.to_string(),
+    }
 }

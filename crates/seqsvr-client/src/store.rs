@@ -3,10 +3,13 @@
 //! retries UNAVAILABLE with capped exponential backoff until the caller's deadline. Every other
 //! status is returned at once: it will not get better by retrying.
 
-use seqsvr_core::ids::{NodeId, SectionId};
+use seqsvr_core::ids::{AllocId, NodeId, SectionId};
+use seqsvr_core::section::SectionRange;
+use seqsvr_core::store::SectionAdvance;
 use seqsvr_proto::v1::store_admin_client::StoreAdminClient;
 use seqsvr_proto::v1::store_service_client::StoreServiceClient;
 use seqsvr_proto::v1::{self as pb};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -82,17 +85,37 @@ impl StoreClient {
         *self.leader.lock().unwrap_or_else(|e| e.into_inner()) = index;
     }
 
-    /// Raises sections' `max_seq` (one Raft proposal) and returns the committed values.
+    /// An operator raise of sections' `max_seq` (one Raft proposal, unfenced); returns the
+    /// committed values.
     pub async fn advance(
         &self,
         sections: &[(SectionId, u64)],
         deadline: Duration,
     ) -> Result<Vec<(SectionId, u64)>, Status> {
+        let sections: Vec<SectionAdvance> = sections
+            .iter()
+            .map(|&(section, max_seq)| SectionAdvance { section, max_seq, lease_epoch: 0 })
+            .collect();
+        self.advance_as(None, &sections, deadline).await
+    }
+
+    /// Raises sections' `max_seq` as AllocSvr `alloc` (fenced by the lease epochs when `Some`).
+    pub async fn advance_as(
+        &self,
+        alloc: Option<AllocId>,
+        sections: &[SectionAdvance],
+        deadline: Duration,
+    ) -> Result<Vec<(SectionId, u64)>, Status> {
         let request = pb::AdvanceMaxSeqRequest {
             sections: sections
                 .iter()
-                .map(|&(s, v)| pb::SectionMaxSeq { section: s.0, max_seq: v })
+                .map(|a| pb::SectionMaxSeq {
+                    section: a.section.0,
+                    max_seq: a.max_seq,
+                    lease_epoch: a.lease_epoch,
+                })
                 .collect(),
+            alloc_id: alloc.map_or(0, |a| a.0),
         };
         let reply = self
             .call(deadline, |channel, timeout| {
@@ -102,6 +125,66 @@ impl StoreClient {
             })
             .await?;
         Ok(reply.sections.iter().map(|s| (SectionId(s.section), s.max_seq)).collect())
+    }
+
+    /// Linearizable read of every advanced section in `range`.
+    pub async fn load(
+        &self,
+        range: SectionRange,
+        deadline: Duration,
+    ) -> Result<BTreeMap<SectionId, u64>, Status> {
+        let request =
+            pb::LoadSectionsRequest { section_begin: range.begin().0, section_end: range.end().0 };
+        let reply = self
+            .call(deadline, |channel, timeout| {
+                let mut req = tonic::Request::new(request);
+                req.set_timeout(timeout);
+                async move { StoreServiceClient::new(channel).load_sections(req).await }
+            })
+            .await?;
+        Ok(reply.sections.iter().map(|s| (SectionId(s.section), s.max_seq)).collect())
+    }
+
+    /// Registers a new AllocSvr incarnation reachable at `addr`.
+    pub async fn register(
+        &self,
+        addr: &str,
+        deadline: Duration,
+    ) -> Result<pb::RegisterAllocResponse, Status> {
+        let request = pb::RegisterAllocRequest { addr: addr.to_string() };
+        self.call(deadline, |channel, timeout| {
+            let mut req = tonic::Request::new(request.clone());
+            req.set_timeout(timeout);
+            async move { StoreServiceClient::new(channel).register_alloc(req).await }
+        })
+        .await
+    }
+
+    /// Renews AllocSvr `alloc`'s lease. The caller must take the lease as starting when it
+    /// called this (the first attempt's send time), never later.
+    pub async fn heartbeat(
+        &self,
+        alloc: AllocId,
+        route_version: u64,
+        deadline: Duration,
+    ) -> Result<pb::HeartbeatResponse, Status> {
+        let request = pb::HeartbeatRequest { alloc_id: alloc.0, route_version };
+        self.call(deadline, |channel, timeout| {
+            let mut req = tonic::Request::new(request);
+            req.set_timeout(timeout);
+            async move { StoreServiceClient::new(channel).heartbeat(req).await }
+        })
+        .await
+    }
+
+    /// Calls the leader's admin service (leases, route, move, drain), following redirects.
+    pub async fn admin<T, F, Fut>(&self, deadline: Duration, attempt: F) -> Result<T, Status>
+    where
+        F: Fn(StoreAdminClient<Channel>, Duration) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        self.call(deadline, |channel, timeout| attempt(StoreAdminClient::new(channel), timeout))
+            .await
     }
 
     /// Linearizable read of sections' committed `max_seq` (0 = never advanced).

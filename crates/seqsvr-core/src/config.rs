@@ -31,7 +31,78 @@ pub struct ClusterConfig {
     pub section_size: u64,
     #[serde(default)]
     pub store: StoreTuning,
+    #[serde(default)]
+    pub alloc: AllocTuning,
     pub sets: Vec<SetConfig>,
+}
+
+/// Tunables of every AllocSvr, and the lease both tiers agree on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AllocTuning {
+    /// How long a grant lets an AllocSvr serve, from the send time of its heartbeat.
+    pub lease_ms: u64,
+    /// Safety margin for clock-rate differences: the AllocSvr stops `margin` early and the
+    /// store waits `margin` longer before handing a section over.
+    pub lease_margin_ms: u64,
+    /// Heartbeat period (default a third of the lease).
+    pub heartbeat_ms: u64,
+    /// How far each advance raises a section's `max_seq` (persisted writes ≈ values / step).
+    pub step: u64,
+    /// Ask for the next step once less than `prefetch_ratio * step` values remain above the
+    /// highest value served in the section (0.9: after 10% of a step is used, as Leaf does).
+    pub prefetch_ratio: f64,
+    /// Most uids in one NextBatch call.
+    pub max_batch_uids: usize,
+    /// Upper bound on how long one client call waits (for an advance or a hand-over).
+    pub request_timeout_ms: u64,
+}
+
+impl Default for AllocTuning {
+    fn default() -> AllocTuning {
+        AllocTuning {
+            lease_ms: 5_000,
+            lease_margin_ms: 500,
+            heartbeat_ms: 1_500,
+            step: 10_000,
+            prefetch_ratio: 0.9,
+            max_batch_uids: 10_000,
+            request_timeout_ms: 3_000,
+        }
+    }
+}
+
+impl AllocTuning {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.lease_margin_ms == 0 || self.lease_margin_ms * 2 >= self.lease_ms {
+            return invalid(format!(
+                "alloc.lease_margin_ms ({}) must be > 0 and less than half of alloc.lease_ms ({})",
+                self.lease_margin_ms, self.lease_ms
+            ));
+        }
+        if self.heartbeat_ms == 0 || self.heartbeat_ms * 2 > self.lease_ms - self.lease_margin_ms {
+            return invalid(format!(
+                "alloc.heartbeat_ms ({}) must be > 0 and at most half of lease_ms - lease_margin_ms \
+                 so one lost heartbeat does not lapse the lease",
+                self.heartbeat_ms
+            ));
+        }
+        if self.step == 0 {
+            return invalid("alloc.step must be > 0");
+        }
+        if !(0.0..=1.0).contains(&self.prefetch_ratio) {
+            return invalid("alloc.prefetch_ratio must be within [0, 1]");
+        }
+        if self.max_batch_uids == 0 || self.request_timeout_ms == 0 {
+            return invalid("alloc.max_batch_uids and alloc.request_timeout_ms must be > 0");
+        }
+        Ok(())
+    }
+
+    /// `prefetch_ratio * step`, in values.
+    pub fn prefetch_remaining(&self) -> u64 {
+        (self.step as f64 * self.prefetch_ratio) as u64
+    }
 }
 
 /// Tunables of every StoreSvr. Each can be overridden per process by flag or env.
@@ -103,6 +174,10 @@ pub struct SetConfig {
     pub uid_end: u64,
     /// The initial Raft voters. Every member must list the same ones.
     pub stores: Vec<MemberConfig>,
+    /// AllocSvr addresses clients may use as seeds (any one is enough; each learns the rest from
+    /// the route table). AllocSvrs themselves register with the store at start.
+    #[serde(default)]
+    pub allocs: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -130,6 +205,7 @@ impl ClusterConfig {
             return invalid("section_size must be > 0");
         }
         self.store.validate()?;
+        self.alloc.validate()?;
         if self.sets.is_empty() {
             return invalid("no [[sets]]: at least one set is needed");
         }
@@ -283,5 +359,10 @@ stores = [{ id = 1, addr = "127.0.0.1:7101" }]
         );
         rejects(&GOOD.replace("tick_ms = 50", "tick_ms = 50\nbogus = 1"), "unknown field");
         rejects(&GOOD.replace("section_size = 100", "section_size = 0"), "section_size");
+        rejects(
+            &format!("{GOOD}\n[alloc]\nlease_ms = 1000\nlease_margin_ms = 600\n"),
+            "lease_margin_ms",
+        );
+        rejects(&format!("{GOOD}\n[alloc]\nheartbeat_ms = 2500\n"), "heartbeat_ms");
     }
 }

@@ -30,3 +30,8 @@ id_type!(
     /// A set: an independent Raft group plus its AllocSvrs, owning one contiguous uid range.
     SetId
 );
+id_type!(
+    /// An AllocSvr *registration*: handed out by the store, never reused. A restarted process
+    /// registers anew and gets a new id, so an old incarnation can never share its sections.
+    AllocId
+);

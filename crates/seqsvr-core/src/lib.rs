@@ -4,10 +4,16 @@
 //! # Layout
 //! - [`ids`]: newtypes for the numbers that must never be swapped (`SectionId`, `NodeId`, `SetId`).
 //! - [`section`]: uid → section arithmetic and section ranges.
+//! - [`alloc`]: the AllocSvr's in-memory `cur_seq`/`max_seq` table (the allocation hot path).
+//! - [`arbiter`]: the store leader's lease arithmetic and section placement decisions.
+//! - [`assign`]: the section → AllocSvr assignment (runs with owner, lease epoch, fence state).
 //! - [`config`]: the cluster config (`cluster.toml`): sets, their uid ranges and members, tunables.
 //! - [`store`]: the StoreSvr state machine: per-section `max_seq` (invariants I2, I4) and its
 //!   command and snapshot encodings.
 
+pub mod alloc;
+pub mod arbiter;
+pub mod assign;
 pub mod config;
 pub mod ids;
 pub mod section;

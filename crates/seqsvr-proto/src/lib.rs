@@ -17,5 +17,40 @@ pub const LEADER_ID_METADATA: &str = "seqsvr-leader-id";
 /// gRPC metadata key a non-leader StoreSvr sets on its UNAVAILABLE answer: the leader's address.
 pub const LEADER_ADDR_METADATA: &str = "seqsvr-leader-addr";
 
+/// Binary gRPC metadata key carrying an encoded `RouteTable` on NOT_OWNER answers.
+pub const ROUTE_TABLE_METADATA: &str = "seqsvr-route-table-bin";
+
 /// Largest gRPC message we send or accept: Raft snapshots carry a whole set's state machine.
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
+
+/// Parses the gRPC wire format of a timeout (`grpc-timeout` header): digits and a unit
+/// (H, M, S, m, u, n). Servers use it to answer before the caller's own deadline.
+pub fn parse_grpc_timeout(text: &str) -> Option<std::time::Duration> {
+    use std::time::Duration;
+    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn grpc_timeouts_parse() {
+        assert_eq!(parse_grpc_timeout("1500m"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_grpc_timeout("2S"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_grpc_timeout("S"), None);
+        assert_eq!(parse_grpc_timeout(""), None);
+        assert_eq!(parse_grpc_timeout("10x"), None);
+    }
+}

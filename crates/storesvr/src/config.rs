@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use seqsvr_core::config::{ClusterConfig, StoreTuning};
+use seqsvr_core::config::{AllocTuning, ClusterConfig, StoreTuning};
 use seqsvr_core::ids::{NodeId, SetId};
 use seqsvr_core::section::SectionRange;
 use std::net::SocketAddr;
@@ -56,7 +56,12 @@ pub struct NodeConfig {
     pub addr: String,
     pub members: Vec<(NodeId, String)>,
     pub sections: SectionRange,
+    pub uid_begin: u64,
+    pub uid_end: u64,
+    pub section_size: u64,
     pub tuning: StoreTuning,
+    /// Lease length and margin (the `[alloc]` section): the arbiter's arithmetic.
+    pub lease: AllocTuning,
 }
 
 impl NodeConfig {
@@ -98,7 +103,11 @@ impl NodeConfig {
             addr: me.addr.clone(),
             members: set.stores.iter().map(|m| (m.id, m.addr.clone())).collect(),
             sections: set.sections(cluster.section_size),
+            uid_begin: set.uid_begin,
+            uid_end: set.uid_end,
+            section_size: cluster.section_size,
             tuning,
+            lease: cluster.alloc.clone(),
         })
     }
 }

@@ -12,14 +12,20 @@
 //! 5. send persisted messages (votes, append responses): only now may others rely on them;
 //! 6. `advance`, then the light Ready: its messages, its committed entries, `advance_apply`;
 //! 7. answer reads whose index is applied; compact the log when it grew past the threshold.
+//!
+//! On the leader the driver also runs the arbiter (`seqsvr-core::arbiter`): each tick it asks
+//! for a plan and proposes it (one round in flight at a time), answers AllocSvr heartbeats with
+//! grants after a ReadIndex confirms leadership, and tells the arbiter what applied.
 
 use crate::storage::{AppliedBatch, NodeStorage, StorageFault};
 use crate::transport::{PeerReport, Transport};
 use protobuf::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message};
 use raft::{RawNode, SnapshotStatus, StateRole};
-use seqsvr_core::ids::{NodeId, SectionId, SetId};
-use seqsvr_core::store::Command;
+use seqsvr_core::arbiter::{grant_for, Arbiter, LeaseConfig};
+use seqsvr_core::ids::{AllocId, NodeId, SectionId, SetId};
+use seqsvr_core::section::SectionRange;
+use seqsvr_core::store::{Applied, Command, Rejected, SectionAdvance};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -42,6 +48,8 @@ pub struct DriverConfig {
     pub election_ticks: usize,
     pub heartbeat_ticks: usize,
     pub compact_log_entries: u64,
+    pub sections: SectionRange,
+    pub lease: LeaseConfig,
 }
 
 /// Why a request was not served. Mapped to gRPC status codes in `service.rs`.
@@ -63,6 +71,50 @@ pub enum RequestError {
     Stopped,
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// A committed command that changed nothing (fencing, unknown alloc).
+    #[error("{0}")]
+    Rejected(Rejected),
+    #[error("alloc {0} is not registered (or was forgotten)")]
+    UnknownAlloc(AllocId),
+    #[error("alloc {0}'s registration expired or was replaced")]
+    AllocExpired(AllocId),
+}
+
+/// A lease grant for one heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub runs: Vec<(SectionRange, u64)>,
+    pub lease: LeaseConfig,
+    /// Present when the caller's route version is stale.
+    pub route: Option<RouteView>,
+}
+
+/// The route table of this set, in core types.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteView {
+    pub version: u64,
+    pub entries: Vec<(SectionRange, AllocId, String)>,
+}
+
+/// The leader's view of AllocSvr leases (seqctl leases).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeasesView {
+    pub lease: LeaseConfig,
+    pub allocs: Vec<AllocLeaseView>,
+    pub runs: Vec<(SectionRange, seqsvr_core::assign::Owner)>,
+    pub route_version: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocLeaseView {
+    pub alloc: AllocId,
+    pub addr: String,
+    pub draining: bool,
+    pub replaced: bool,
+    pub expired: bool,
+    pub ms_since_grant: Option<u64>,
+    pub lease_left_ms: u64,
+    pub n_sections: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,7 +147,14 @@ pub struct NodeStatus {
 type Reply<T> = oneshot::Sender<Result<T, RequestError>>;
 
 pub enum Input {
-    Advance { sections: Vec<(SectionId, u64)>, reply: Reply<Advanced> },
+    Advance { alloc: Option<AllocId>, sections: Vec<SectionAdvance>, reply: Reply<Advanced> },
+    Register { addr: String, reply: Reply<AllocId> },
+    Heartbeat { alloc: AllocId, route_version: u64, reply: Reply<Grant> },
+    Load { range: SectionRange, reply: Reply<ReadDone> },
+    Route { reply: Reply<RouteView> },
+    Leases { reply: Reply<LeasesView> },
+    Move { range: SectionRange, to: AllocId, reply: Reply<u64> },
+    Drain { alloc: AllocId, drain: bool, reply: Reply<()> },
     Read { sections: Vec<SectionId>, reply: Reply<ReadDone> },
     Status { reply: oneshot::Sender<NodeStatus> },
     LocalRead { sections: Vec<SectionId>, reply: oneshot::Sender<ReadDone> },
@@ -129,10 +188,58 @@ impl DriverHandle {
 
     pub async fn advance(
         &self,
-        sections: Vec<(SectionId, u64)>,
+        alloc: Option<AllocId>,
+        sections: Vec<SectionAdvance>,
         wait: Duration,
     ) -> Result<Advanced, RequestError> {
-        self.call(wait, |reply| Input::Advance { sections, reply }).await
+        self.call(wait, |reply| Input::Advance { alloc, sections, reply }).await
+    }
+
+    pub async fn register(&self, addr: String, wait: Duration) -> Result<AllocId, RequestError> {
+        self.call(wait, |reply| Input::Register { addr, reply }).await
+    }
+
+    pub async fn heartbeat(
+        &self,
+        alloc: AllocId,
+        route_version: u64,
+        wait: Duration,
+    ) -> Result<Grant, RequestError> {
+        self.call(wait, |reply| Input::Heartbeat { alloc, route_version, reply }).await
+    }
+
+    pub async fn load(
+        &self,
+        range: SectionRange,
+        wait: Duration,
+    ) -> Result<ReadDone, RequestError> {
+        self.call(wait, |reply| Input::Load { range, reply }).await
+    }
+
+    pub async fn route(&self, wait: Duration) -> Result<RouteView, RequestError> {
+        self.call(wait, |reply| Input::Route { reply }).await
+    }
+
+    pub async fn leases(&self, wait: Duration) -> Result<LeasesView, RequestError> {
+        self.call(wait, |reply| Input::Leases { reply }).await
+    }
+
+    pub async fn move_sections(
+        &self,
+        range: SectionRange,
+        to: AllocId,
+        wait: Duration,
+    ) -> Result<u64, RequestError> {
+        self.call(wait, |reply| Input::Move { range, to, reply }).await
+    }
+
+    pub async fn drain(
+        &self,
+        alloc: AllocId,
+        drain: bool,
+        wait: Duration,
+    ) -> Result<(), RequestError> {
+        self.call(wait, |reply| Input::Drain { alloc, drain, reply }).await
     }
 
     pub async fn read(
@@ -171,16 +278,90 @@ impl DriverHandle {
     }
 }
 
+/// Who waits for a proposal, and what they want back.
+enum ProposalReply {
+    Advance(Reply<Advanced>),
+    Register(Reply<AllocId>),
+    Move(Reply<u64>),
+    Done(Reply<()>),
+    /// The arbiter's own proposal: nobody waits, but the round is over when it resolves.
+    Arbiter,
+}
+
+impl ProposalReply {
+    fn answer(self, index: u64, result: Result<Applied, RequestError>) {
+        match self {
+            ProposalReply::Advance(r) => {
+                let _ = r.send(result.and_then(|a| match a {
+                    Applied::MaxSeq(sections) => Ok(Advanced { sections, applied_index: index }),
+                    other => Err(RequestError::Dropped(format!("unexpected result {other:?}"))),
+                }));
+            }
+            ProposalReply::Register(r) => {
+                let _ = r.send(result.and_then(|a| match a {
+                    Applied::Registered(id) => Ok(id),
+                    other => Err(RequestError::Dropped(format!("unexpected result {other:?}"))),
+                }));
+            }
+            ProposalReply::Move(r) => {
+                let _ = r.send(result.and_then(|a| match a {
+                    Applied::Assigned { lease_epoch } => Ok(lease_epoch),
+                    other => Err(RequestError::Dropped(format!("unexpected result {other:?}"))),
+                }));
+            }
+            ProposalReply::Done(r) => {
+                let _ = r.send(result.map(|_| ()));
+            }
+            ProposalReply::Arbiter => {
+                if let Err(e) = result {
+                    tracing::info!(error = %e, "arbiter proposal did not apply; will re-plan");
+                }
+            }
+        }
+    }
+}
+
 struct PendingProposal {
     term: u64,
-    reply: Reply<Advanced>,
+    reply: ProposalReply,
+}
+
+/// What a confirmed ReadIndex is for.
+enum ReadKind {
+    MaxSeq { sections: Vec<SectionId>, reply: Reply<ReadDone> },
+    Load { range: SectionRange, reply: Reply<ReadDone> },
+    Heartbeat { alloc: AllocId, route_version: u64, reply: Reply<Grant> },
+    Route { reply: Reply<RouteView> },
+}
+
+impl ReadKind {
+    fn fail(self, error: RequestError) {
+        match self {
+            ReadKind::MaxSeq { reply, .. } | ReadKind::Load { reply, .. } => {
+                let _ = reply.send(Err(error));
+            }
+            ReadKind::Heartbeat { reply, .. } => {
+                let _ = reply.send(Err(error));
+            }
+            ReadKind::Route { reply } => {
+                let _ = reply.send(Err(error));
+            }
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        match self {
+            ReadKind::MaxSeq { reply, .. } | ReadKind::Load { reply, .. } => reply.is_closed(),
+            ReadKind::Heartbeat { reply, .. } => reply.is_closed(),
+            ReadKind::Route { reply } => reply.is_closed(),
+        }
+    }
 }
 
 struct PendingRead {
-    sections: Vec<SectionId>,
+    kind: ReadKind,
     /// Set once the leader confirmed its leadership for this read (ReadIndex).
     read_index: Option<u64>,
-    reply: Reply<ReadDone>,
 }
 
 pub struct Driver {
@@ -194,6 +375,12 @@ pub struct Driver {
     /// When each peer was last heard from: the leader proposes only with a quorum in sight.
     last_heard: HashMap<u64, Instant>,
     was_leader: bool,
+    /// Present exactly while this member is leader.
+    arbiter: Option<Arbiter>,
+    /// Arbiter proposals not yet applied (or superseded): the next plan waits for them.
+    arbiter_in_flight: usize,
+    /// Origin of the monotonic milliseconds handed to the arbiter.
+    clock: Instant,
 }
 
 /// Creates the channel the driver reads; the sender half goes to the transport and handlers.
@@ -230,6 +417,9 @@ impl Driver {
             next_read_id: 1,
             last_heard: HashMap::new(),
             was_leader: false,
+            arbiter: None,
+            arbiter_in_flight: 0,
+            clock: Instant::now(),
         })
     }
 
@@ -248,6 +438,7 @@ impl Driver {
                 _ = shutdown.changed() => break,
                 _ = ticker.tick() => {
                     self.node.tick();
+                    self.arbitrate();
                 }
                 input = rx.recv() => {
                     let Some(input) = input else { break };
@@ -264,6 +455,10 @@ impl Driver {
         }
         self.fail_all(RequestError::Stopped);
         Ok(())
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.clock.elapsed().as_millis() as u64
     }
 
     fn handle(&mut self, input: Input) {
@@ -283,35 +478,49 @@ impl Driver {
                     if delivered { SnapshotStatus::Finish } else { SnapshotStatus::Failure };
                 self.node.report_snapshot(to.0, status);
             }
-            Input::Advance { sections, reply } => {
-                if let Err(e) = self.check_can_serve(self.proposals.len(), PENDING_PROPOSALS_MAX) {
-                    let _ = reply.send(Err(e));
-                    return;
-                }
-                let data = Command::AdvanceMaxSeq { sections }.encode();
-                let before = self.node.raft.raft_log.last_index();
-                if let Err(e) = self.node.propose(vec![], data) {
-                    let _ = reply.send(Err(RequestError::Dropped(e.to_string())));
-                    return;
-                }
-                let index = self.node.raft.raft_log.last_index();
-                if index != before + 1 {
-                    let _ = reply.send(Err(RequestError::Dropped(
-                        "raft did not append it (leader transfer?)".into(),
-                    )));
-                    return;
-                }
-                self.proposals.insert(index, PendingProposal { term: self.node.raft.term, reply });
+            Input::Advance { alloc, sections, reply } => {
+                let command = Command::AdvanceMaxSeq { alloc, sections };
+                self.propose(command, ProposalReply::Advance(reply));
             }
-            Input::Read { sections, reply } => {
-                if let Err(e) = self.check_can_serve(self.reads.len(), PENDING_READS_MAX) {
-                    let _ = reply.send(Err(e));
-                    return;
+            Input::Register { addr, reply } => {
+                self.propose(Command::RegisterAlloc { addr }, ProposalReply::Register(reply));
+            }
+            Input::Move { range, to, reply } => {
+                let control = self.node.store().state().control();
+                let eligible = control.allocs.get(&to).is_some_and(|r| !r.replaced && !r.draining);
+                if !self.config.sections.contains(range.begin())
+                    || range.end() > self.config.sections.end()
+                    || range.is_empty()
+                {
+                    let _ = reply.send(Err(RequestError::Invalid(format!(
+                        "sections [{}, {}) are not a non-empty part of this set's [{}, {})",
+                        range.begin(),
+                        range.end(),
+                        self.config.sections.begin(),
+                        self.config.sections.end()
+                    ))));
+                } else if !eligible {
+                    let _ = reply.send(Err(RequestError::Invalid(format!(
+                        "alloc {to} is not a registered, non-draining AllocSvr of this set"
+                    ))));
+                } else {
+                    // Fenced: the old owner may serve until its lease must have run out.
+                    let command = Command::Assign { moves: vec![(range, to)], settled: false };
+                    self.propose(command, ProposalReply::Move(reply));
                 }
-                let id = self.next_read_id;
-                self.next_read_id += 1;
-                self.node.read_index(id.to_be_bytes().to_vec());
-                self.reads.insert(id, PendingRead { sections, read_index: None, reply });
+            }
+            Input::Drain { alloc, drain, reply } => {
+                let command = Command::SetDraining { alloc, draining: drain };
+                self.propose(command, ProposalReply::Done(reply));
+            }
+            Input::Read { sections, reply } => self.read(ReadKind::MaxSeq { sections, reply }),
+            Input::Load { range, reply } => self.read(ReadKind::Load { range, reply }),
+            Input::Heartbeat { alloc, route_version, reply } => {
+                self.read(ReadKind::Heartbeat { alloc, route_version, reply })
+            }
+            Input::Route { reply } => self.read(ReadKind::Route { reply }),
+            Input::Leases { reply } => {
+                let _ = reply.send(self.leases());
             }
             Input::Status { reply } => {
                 let _ = reply.send(self.status());
@@ -338,6 +547,120 @@ impl Driver {
                 let _ = reply.send(result);
             }
         }
+    }
+
+    fn propose(&mut self, command: Command, reply: ProposalReply) {
+        if let Err(e) = self.check_can_serve(self.proposals.len(), PENDING_PROPOSALS_MAX) {
+            reply.answer(0, Err(e));
+            return;
+        }
+        let before = self.node.raft.raft_log.last_index();
+        if let Err(e) = self.node.propose(vec![], command.encode()) {
+            reply.answer(0, Err(RequestError::Dropped(e.to_string())));
+            return;
+        }
+        let index = self.node.raft.raft_log.last_index();
+        if index != before + 1 {
+            let why = "raft did not append it (leader transfer?)".to_string();
+            reply.answer(0, Err(RequestError::Dropped(why)));
+            return;
+        }
+        if matches!(reply, ProposalReply::Arbiter) {
+            self.arbiter_in_flight += 1;
+        }
+        self.proposals.insert(index, PendingProposal { term: self.node.raft.term, reply });
+    }
+
+    fn read(&mut self, kind: ReadKind) {
+        if let Err(e) = self.check_can_serve(self.reads.len(), PENDING_READS_MAX) {
+            kind.fail(e);
+            return;
+        }
+        let id = self.next_read_id;
+        self.next_read_id += 1;
+        self.node.read_index(id.to_be_bytes().to_vec());
+        self.reads.insert(id, PendingRead { kind, read_index: None });
+    }
+
+    /// Leader only, every tick: one planning round at a time.
+    fn arbitrate(&mut self) {
+        let is_leader = self.node.raft.state == StateRole::Leader;
+        if !is_leader {
+            if self.arbiter.take().is_some() {
+                tracing::info!("lost leadership: arbiter stopped");
+            }
+            return;
+        }
+        let now = self.now_ms();
+        let arbiter = self.arbiter.get_or_insert_with(|| {
+            tracing::info!(
+                wait_ms = self.config.lease.hold_ms(),
+                "became leader: arbiter starts; no section moves for one lease"
+            );
+            Arbiter::new(now, self.config.lease)
+        });
+        if self.arbiter_in_flight > 0 {
+            return;
+        }
+        let commands = arbiter.plan(now, self.node.store().state().control(), self.config.sections);
+        for command in commands {
+            tracing::info!(?command, "arbiter proposes");
+            self.propose(command, ProposalReply::Arbiter);
+        }
+    }
+
+    /// Answers a heartbeat: leadership was confirmed by ReadIndex after it arrived.
+    fn grant(&mut self, alloc: AllocId, route_version: u64) -> Result<Grant, RequestError> {
+        let now = self.now_ms();
+        let Some(arbiter) = self.arbiter.as_mut() else {
+            return Err(RequestError::NotLeader { leader: self.leader_hint() });
+        };
+        let control = self.node.store().state().control();
+        if !control.allocs.contains_key(&alloc) {
+            return Err(RequestError::UnknownAlloc(alloc));
+        }
+        if !arbiter.may_grant(control, alloc) {
+            return Err(RequestError::AllocExpired(alloc));
+        }
+        arbiter.on_granted(alloc, now);
+        let route = (route_version < control.route_version).then(|| RouteView {
+            version: control.route_version,
+            entries: control.route_entries(),
+        });
+        Ok(Grant { runs: grant_for(control, alloc), lease: self.config.lease, route })
+    }
+
+    fn leases(&self) -> Result<LeasesView, RequestError> {
+        let Some(arbiter) = self.arbiter.as_ref() else {
+            return Err(RequestError::NotLeader { leader: self.leader_hint() });
+        };
+        let now = self.now_ms();
+        let control = self.node.store().state().control();
+        let load = control.assignment.load();
+        let lease = self.config.lease;
+        let allocs = control
+            .allocs
+            .iter()
+            .map(|(&id, r)| {
+                let last = arbiter.last_grant_ms(id);
+                AllocLeaseView {
+                    alloc: id,
+                    addr: r.addr.clone(),
+                    draining: r.draining,
+                    replaced: r.replaced,
+                    expired: arbiter.is_expired(id),
+                    ms_since_grant: last.map(|t| now.saturating_sub(t)),
+                    lease_left_ms: last.map_or(0, |t| (t + lease.lease_ms).saturating_sub(now)),
+                    n_sections: load.get(&id).copied().unwrap_or(0),
+                }
+            })
+            .collect();
+        Ok(LeasesView {
+            lease,
+            allocs,
+            runs: control.assignment.runs().collect(),
+            route_version: control.route_version,
+        })
     }
 
     /// A request may enter Raft only on a leader that heard from a quorum within one election
@@ -461,7 +784,9 @@ impl Driver {
                         Command::decode(entry.get_data()).map_err(|e| self.fault(entry, e))?;
                     let outcome = self.node.mut_store().state_mut().apply(&command);
                     batch.changed.extend(outcome.changed);
-                    answers.push((entry.index, entry.term, outcome.results));
+                    batch.control_changed |= outcome.control_changed;
+                    self.tell_arbiter(&command, &outcome.result);
+                    answers.push((entry.index, entry.term, outcome.result));
                 }
                 EntryType::EntryConfChange => {
                     let cc = ConfChange::parse_from_bytes(entry.get_data())
@@ -481,22 +806,49 @@ impl Driver {
         }
         let applied_index = batch.applied_index;
         self.node.mut_store().commit_apply(batch)?;
-        for (index, term, sections) in answers {
+        for (index, term, result) in answers {
             if let Some(p) = self.proposals.remove(&index) {
                 let answer = if p.term == term {
-                    Ok(Advanced { sections, applied_index: index })
+                    result.map_err(RequestError::Rejected)
                 } else {
                     Err(RequestError::Superseded)
                 };
-                let _ = p.reply.send(answer);
+                self.resolve(p, index, answer);
             }
         }
         // Our proposals at applied indexes that hold another leader's entries were overwritten.
         let later = self.proposals.split_off(&(applied_index + 1));
-        for (_, p) in std::mem::replace(&mut self.proposals, later) {
-            let _ = p.reply.send(Err(RequestError::Superseded));
+        for (index, p) in std::mem::replace(&mut self.proposals, later) {
+            self.resolve(p, index, Err(RequestError::Superseded));
         }
         Ok(())
+    }
+
+    fn resolve(&mut self, p: PendingProposal, index: u64, answer: Result<Applied, RequestError>) {
+        if matches!(p.reply, ProposalReply::Arbiter) {
+            self.arbiter_in_flight = self.arbiter_in_flight.saturating_sub(1);
+        }
+        p.reply.answer(index, answer);
+    }
+
+    /// The leader's arbiter learns what applied: fences start at apply time.
+    fn tell_arbiter(&mut self, command: &Command, result: &Result<Applied, Rejected>) {
+        let now = self.now_ms();
+        let Some(arbiter) = self.arbiter.as_mut() else { return };
+        match (command, result) {
+            (Command::Assign { settled, moves }, Ok(Applied::Assigned { lease_epoch })) => {
+                tracing::info!(lease_epoch, settled, ?moves, "sections assigned");
+                arbiter.on_assigned(*lease_epoch, *settled, now);
+            }
+            (Command::RemoveAlloc { alloc }, Ok(_)) => {
+                tracing::info!(%alloc, "alloc registration removed");
+                arbiter.forget(*alloc);
+            }
+            (Command::RegisterAlloc { addr }, Ok(Applied::Registered(id))) => {
+                tracing::info!(alloc = %id, %addr, "alloc registered");
+            }
+            _ => {}
+        }
     }
 
     fn fault(&self, entry: &Entry, e: impl std::fmt::Display) -> StorageFault {
@@ -517,13 +869,12 @@ impl Driver {
             // leader, and are answered when their index is applied.
             let leader = self.leader_hint();
             for (_, read) in self.reads.drain() {
-                let _ = read.reply.send(Err(RequestError::NotLeader { leader: leader.clone() }));
+                read.kind.fail(RequestError::NotLeader { leader: leader.clone() });
             }
         }
         self.was_leader = is_leader;
 
-        let store = self.node.store();
-        let applied = store.applied_index();
+        let applied = self.node.store().applied_index();
         let ready: Vec<u64> = self
             .reads
             .iter()
@@ -531,18 +882,36 @@ impl Driver {
             .map(|(&id, _)| id)
             .collect();
         for id in ready {
-            if let Some(read) = self.reads.remove(&id) {
-                let state = store.state();
-                let sections = read.sections.iter().map(|&s| (s, state.max_seq(s))).collect();
-                let read_index = read.read_index.unwrap_or(applied);
-                let _ = read.reply.send(Ok(ReadDone { sections, read_index }));
+            let Some(read) = self.reads.remove(&id) else { continue };
+            let read_index = read.read_index.unwrap_or(applied);
+            let state = self.node.store().state();
+            match read.kind {
+                ReadKind::MaxSeq { sections, reply } => {
+                    let sections = sections.iter().map(|&s| (s, state.max_seq(s))).collect();
+                    let _ = reply.send(Ok(ReadDone { sections, read_index }));
+                }
+                ReadKind::Load { range, reply } => {
+                    let sections = state.range(range).collect();
+                    let _ = reply.send(Ok(ReadDone { sections, read_index }));
+                }
+                ReadKind::Route { reply } => {
+                    let control = state.control();
+                    let view = RouteView {
+                        version: control.route_version,
+                        entries: control.route_entries(),
+                    };
+                    let _ = reply.send(Ok(view));
+                }
+                ReadKind::Heartbeat { alloc, route_version, reply } => {
+                    let _ = reply.send(self.grant(alloc, route_version));
+                }
             }
         }
         // Callers that gave up (timeout) leave closed replies behind: drop them.
-        self.reads.retain(|_, r| !r.reply.is_closed());
+        self.reads.retain(|_, r| !r.kind.is_closed());
 
         let threshold = self.config.compact_log_entries;
-        if applied.saturating_sub(store.truncated_index()) >= threshold {
+        if applied.saturating_sub(self.node.store().truncated_index()) >= threshold {
             // Keep the most recent half of the window for followers that are a little behind;
             // one further behind catches up by snapshot.
             let compact_to = applied - threshold / 2;
@@ -553,11 +922,11 @@ impl Driver {
     }
 
     fn fail_all(&mut self, error: RequestError) {
-        for (_, p) in std::mem::take(&mut self.proposals) {
-            let _ = p.reply.send(Err(error.clone()));
+        for (index, p) in std::mem::take(&mut self.proposals) {
+            self.resolve(p, index, Err(error.clone()));
         }
         for (_, r) in self.reads.drain() {
-            let _ = r.reply.send(Err(error.clone()));
+            r.kind.fail(error.clone());
         }
     }
 }

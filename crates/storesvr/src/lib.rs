@@ -52,6 +52,11 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
             election_ticks: config.tuning.election_ticks,
             heartbeat_ticks: config.tuning.heartbeat_ticks,
             compact_log_entries: config.tuning.compact_log_entries,
+            sections: config.sections,
+            lease: seqsvr_core::arbiter::LeaseConfig {
+                lease_ms: config.lease.lease_ms,
+                margin_ms: config.lease.lease_margin_ms,
+            },
         },
         transport,
     )?;
@@ -81,6 +86,11 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
         addr: config.addr.clone(),
         members: config.members.clone(),
         sections: config.sections,
+        uid_begin: config.uid_begin,
+        uid_end: config.uid_end,
+        section_size: config.section_size,
+        lease_ms: config.lease.lease_ms,
+        lease_margin_ms: config.lease.lease_margin_ms,
         max_batch_sections: config.tuning.max_batch_sections,
         request_timeout: Duration::from_millis(config.tuning.request_timeout_ms),
     };

@@ -2,11 +2,11 @@
 //! `StoreAdmin` (every member). Wire types are converted here and nowhere else, and every
 //! [`RequestError`] becomes a `tonic::Status` in [`to_status`].
 
-use crate::driver::{DriverHandle, RequestError};
+use crate::driver::{DriverHandle, RequestError, RouteView};
 use protobuf::Message as _;
-use seqsvr_core::ids::{NodeId, SectionId, SetId};
+use seqsvr_core::ids::{AllocId, NodeId, SectionId, SetId};
 use seqsvr_core::section::SectionRange;
-use seqsvr_core::store::{validate_advance, validate_read};
+use seqsvr_core::store::{validate_advance, validate_read, SectionAdvance};
 use seqsvr_proto::v1::{self as pb};
 use std::time::Duration;
 use tonic::{Request, Response, Status};
@@ -20,18 +20,27 @@ pub struct ServiceContext {
     pub addr: String,
     pub members: Vec<(NodeId, String)>,
     pub sections: SectionRange,
+    pub uid_begin: u64,
+    pub uid_end: u64,
+    pub section_size: u64,
     pub max_batch_sections: usize,
+    pub lease_ms: u64,
+    pub lease_margin_ms: u64,
     /// Longest a call waits for commit or read; a shorter `grpc-timeout` from the caller wins.
     pub request_timeout: Duration,
 }
 
 impl ServiceContext {
+    pub fn route_table(&self, view: RouteView) -> pb::RouteTable {
+        route_table(self.set_id, self.uid_begin, self.uid_end, self.section_size, view)
+    }
+
     fn wait_for<T>(&self, request: &Request<T>) -> Duration {
         let caller = request
             .metadata()
             .get("grpc-timeout")
             .and_then(|v| v.to_str().ok())
-            .and_then(parse_grpc_timeout);
+            .and_then(seqsvr_proto::parse_grpc_timeout);
         match caller {
             // Answer a little before the caller's deadline, so it sees our UNAVAILABLE rather
             // than its own DEADLINE_EXCEEDED.
@@ -41,19 +50,49 @@ impl ServiceContext {
     }
 }
 
-/// Parses the gRPC wire format of a timeout: up to 8 digits and a unit (H, M, S, m, u, n).
-fn parse_grpc_timeout(text: &str) -> Option<Duration> {
-    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
-    let n: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(n.saturating_mul(3600)),
-        "M" => Duration::from_secs(n.saturating_mul(60)),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    })
+/// A route table on the wire.
+pub fn route_table(
+    set_id: SetId,
+    uid_begin: u64,
+    uid_end: u64,
+    section_size: u64,
+    view: RouteView,
+) -> pb::RouteTable {
+    pb::RouteTable {
+        set_id: set_id.0,
+        version: view.version,
+        uid_begin,
+        uid_end,
+        section_size,
+        entries: view
+            .entries
+            .into_iter()
+            .map(|(r, alloc, addr)| pb::RouteEntry {
+                section_begin: r.begin().0,
+                section_end: r.end().0,
+                alloc_id: alloc.0,
+                addr,
+            })
+            .collect(),
+    }
+}
+
+fn max_seq_pb(sections: &[(SectionId, u64)]) -> Vec<pb::SectionMaxSeq> {
+    sections
+        .iter()
+        .map(|&(s, v)| pb::SectionMaxSeq { section: s.0, max_seq: v, lease_epoch: 0 })
+        .collect()
+}
+
+fn section_range(begin: u64, end: u64, set: SectionRange) -> Result<SectionRange, Status> {
+    match SectionRange::new(SectionId(begin), SectionId(end)) {
+        Some(r) if !r.is_empty() && set.contains(r.begin()) && r.end() <= set.end() => Ok(r),
+        _ => Err(Status::invalid_argument(format!(
+            "sections [{begin}, {end}) are not a non-empty part of this set's [{}, {})",
+            set.begin(),
+            set.end()
+        ))),
+    }
 }
 
 /// The one place where driver errors become gRPC statuses. Every UNAVAILABLE is retryable.
@@ -90,6 +129,14 @@ pub fn to_status(error: RequestError) -> Status {
         )),
         RequestError::Stopped => Status::unavailable("this member is shutting down; retry another"),
         RequestError::Invalid(why) => Status::invalid_argument(why),
+        RequestError::Rejected(rejected) => Status::failed_precondition(rejected.to_string()),
+        RequestError::UnknownAlloc(alloc) => Status::not_found(format!(
+            "alloc {alloc} is not registered with this set (forgotten after its lease ran out): \
+             register again"
+        )),
+        RequestError::AllocExpired(alloc) => Status::failed_precondition(format!(
+            "alloc {alloc}'s registration expired or was replaced: stop serving and register again"
+        )),
     }
 }
 
@@ -100,22 +147,81 @@ impl pb::store_service_server::StoreService for ServiceContext {
         request: Request<pb::AdvanceMaxSeqRequest>,
     ) -> Result<Response<pb::AdvanceMaxSeqResponse>, Status> {
         let wait = self.wait_for(&request);
-        let sections: Vec<(SectionId, u64)> = request
-            .into_inner()
+        let request = request.into_inner();
+        let alloc = (request.alloc_id != 0).then_some(AllocId(request.alloc_id));
+        let sections: Vec<SectionAdvance> = request
             .sections
             .iter()
-            .map(|s| (SectionId(s.section), s.max_seq))
+            .map(|s| SectionAdvance {
+                section: SectionId(s.section),
+                max_seq: s.max_seq,
+                lease_epoch: s.lease_epoch,
+            })
             .collect();
         validate_advance(self.sections, self.max_batch_sections, &sections)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let done = self.driver.advance(sections, wait).await.map_err(to_status)?;
+        let done = self.driver.advance(alloc, sections, wait).await.map_err(to_status)?;
         Ok(Response::new(pb::AdvanceMaxSeqResponse {
-            sections: done
-                .sections
-                .iter()
-                .map(|&(s, v)| pb::SectionMaxSeq { section: s.0, max_seq: v })
-                .collect(),
+            sections: max_seq_pb(&done.sections),
             applied_index: done.applied_index,
+        }))
+    }
+
+    async fn load_sections(
+        &self,
+        request: Request<pb::LoadSectionsRequest>,
+    ) -> Result<Response<pb::GetMaxSeqResponse>, Status> {
+        let wait = self.wait_for(&request);
+        let r = request.into_inner();
+        let range = section_range(r.section_begin, r.section_end, self.sections)?;
+        let done = self.driver.load(range, wait).await.map_err(to_status)?;
+        Ok(Response::new(pb::GetMaxSeqResponse {
+            sections: max_seq_pb(&done.sections),
+            read_index: done.read_index,
+        }))
+    }
+
+    async fn register_alloc(
+        &self,
+        request: Request<pb::RegisterAllocRequest>,
+    ) -> Result<Response<pb::RegisterAllocResponse>, Status> {
+        let wait = self.wait_for(&request);
+        let addr = request.into_inner().addr;
+        if addr.rsplit_once(':').is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err()) {
+            return Err(Status::invalid_argument(format!("alloc addr {addr:?} is not host:port")));
+        }
+        let id = self.driver.register(addr, wait).await.map_err(to_status)?;
+        Ok(Response::new(pb::RegisterAllocResponse {
+            alloc_id: id.0,
+            lease_ms: self.lease_ms,
+            lease_margin_ms: self.lease_margin_ms,
+        }))
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        let wait = self.wait_for(&request);
+        let r = request.into_inner();
+        let grant = self
+            .driver
+            .heartbeat(AllocId(r.alloc_id), r.route_version, wait)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::HeartbeatResponse {
+            lease_ms: grant.lease.lease_ms,
+            lease_margin_ms: grant.lease.margin_ms,
+            runs: grant
+                .runs
+                .iter()
+                .map(|&(r, e)| pb::GrantedRun {
+                    section_begin: r.begin().0,
+                    section_end: r.end().0,
+                    lease_epoch: e,
+                })
+                .collect(),
+            route_table: grant.route.map(|v| self.route_table(v)),
         }))
     }
 
@@ -130,11 +236,7 @@ impl pb::store_service_server::StoreService for ServiceContext {
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let done = self.driver.read(sections, wait).await.map_err(to_status)?;
         Ok(Response::new(pb::GetMaxSeqResponse {
-            sections: done
-                .sections
-                .iter()
-                .map(|&(s, v)| pb::SectionMaxSeq { section: s.0, max_seq: v })
-                .collect(),
+            sections: max_seq_pb(&done.sections),
             read_index: done.read_index,
         }))
     }
@@ -218,28 +320,87 @@ impl pb::store_admin_server::StoreAdmin for ServiceContext {
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let done = self.driver.local_read(sections).await.map_err(to_status)?;
         Ok(Response::new(pb::GetMaxSeqResponse {
-            sections: done
-                .sections
-                .iter()
-                .map(|&(s, v)| pb::SectionMaxSeq { section: s.0, max_seq: v })
-                .collect(),
+            sections: max_seq_pb(&done.sections),
             read_index: done.read_index,
         }))
+    }
+
+    async fn leases(
+        &self,
+        request: Request<pb::LeasesRequest>,
+    ) -> Result<Response<pb::LeasesResponse>, Status> {
+        let wait = self.wait_for(&request);
+        let v = self.driver.leases(wait).await.map_err(to_status)?;
+        Ok(Response::new(pb::LeasesResponse {
+            lease_ms: v.lease.lease_ms,
+            lease_margin_ms: v.lease.margin_ms,
+            allocs: v
+                .allocs
+                .into_iter()
+                .map(|a| pb::AllocLease {
+                    alloc_id: a.alloc.0,
+                    addr: a.addr,
+                    draining: a.draining,
+                    replaced: a.replaced,
+                    expired: a.expired,
+                    ms_since_grant: a.ms_since_grant.map_or(-1, |m| m as i64),
+                    lease_left_ms: a.lease_left_ms as i64,
+                    n_sections: a.n_sections,
+                })
+                .collect(),
+            runs: v
+                .runs
+                .into_iter()
+                .map(|(r, o)| pb::AssignedRun {
+                    section_begin: r.begin().0,
+                    section_end: r.end().0,
+                    alloc_id: o.alloc.0,
+                    lease_epoch: o.lease_epoch,
+                    settled: o.settled,
+                })
+                .collect(),
+            route_version: v.route_version,
+        }))
+    }
+
+    async fn route_table(
+        &self,
+        request: Request<pb::GetRouteTableRequest>,
+    ) -> Result<Response<pb::GetRouteTableResponse>, Status> {
+        let wait = self.wait_for(&request);
+        let view = self.driver.route(wait).await.map_err(to_status)?;
+        Ok(Response::new(pb::GetRouteTableResponse { route_table: Some(self.route_table(view)) }))
+    }
+
+    async fn move_sections(
+        &self,
+        request: Request<pb::MoveSectionsRequest>,
+    ) -> Result<Response<pb::MoveSectionsResponse>, Status> {
+        let wait = self.wait_for(&request);
+        let r = request.into_inner();
+        let range = section_range(r.section_begin, r.section_end, self.sections)?;
+        let lease_epoch = self
+            .driver
+            .move_sections(range, AllocId(r.to_alloc_id), wait)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::MoveSectionsResponse { lease_epoch }))
+    }
+
+    async fn drain_alloc(
+        &self,
+        request: Request<pb::DrainAllocRequest>,
+    ) -> Result<Response<pb::DrainAllocResponse>, Status> {
+        let wait = self.wait_for(&request);
+        let r = request.into_inner();
+        self.driver.drain(AllocId(r.alloc_id), r.drain, wait).await.map_err(to_status)?;
+        Ok(Response::new(pb::DrainAllocResponse {}))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn grpc_timeouts_parse() {
-        assert_eq!(parse_grpc_timeout("1500m"), Some(Duration::from_millis(1500)));
-        assert_eq!(parse_grpc_timeout("2S"), Some(Duration::from_secs(2)));
-        assert_eq!(parse_grpc_timeout("S"), None);
-        assert_eq!(parse_grpc_timeout(""), None);
-        assert_eq!(parse_grpc_timeout("10x"), None);
-    }
 
     #[test]
     fn not_leader_carries_the_leader_address() {

@@ -15,14 +15,15 @@
 //!
 //! Key layout (one column family, big-endian integers so keys sort by index):
 //! `m:identity`, `r:hard_state`, `r:conf_state`, `r:truncated` (index, term), `s:applied`,
-//! `l:<index>` → `Entry`, `s:sec:<section>` → `max_seq`.
+//! `l:<index>` → `Entry`, `s:sec:<section>` → `max_seq`, `s:control` → the arbiter's
+//! `ControlState` (small: rewritten whole when it changes).
 
 use protobuf::Message as _;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, StorageError};
 use rocksdb::{Direction, IteratorMode, Options, ReadOptions, WriteBatch, WriteOptions, DB};
 use seqsvr_core::ids::{NodeId, SectionId, SetId};
-use seqsvr_core::store::StoreState;
+use seqsvr_core::store::{ControlState, StoreState};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -32,6 +33,7 @@ const KEY_HARD_STATE: &[u8] = b"r:hard_state";
 const KEY_CONF_STATE: &[u8] = b"r:conf_state";
 const KEY_TRUNCATED: &[u8] = b"r:truncated";
 const KEY_APPLIED: &[u8] = b"s:applied";
+const KEY_CONTROL: &[u8] = b"s:control";
 const PREFIX_LOG: &[u8] = b"l:";
 const PREFIX_SECTION: &[u8] = b"s:sec:";
 
@@ -78,6 +80,8 @@ pub struct Identity {
 pub struct AppliedBatch {
     pub applied_index: u64,
     pub changed: Vec<(SectionId, u64)>,
+    /// The control state changed (registry, assignment): rewrite it.
+    pub control_changed: bool,
     pub conf_state: Option<ConfState>,
     pub commit_index: Option<u64>,
 }
@@ -204,6 +208,13 @@ impl NodeStorage {
             sections.push((SectionId(section), max_seq));
         }
 
+        let control = match get(KEY_CONTROL)? {
+            None => ControlState::default(),
+            Some(bytes) => {
+                ControlState::decode(&bytes).map_err(|e| corrupt(format!("control state: {e}")))?
+            }
+        };
+
         if !(truncated_index <= applied_index && applied_index <= last_index.max(hard_state.commit))
         {
             return Err(corrupt(format!(
@@ -227,7 +238,7 @@ impl NodeStorage {
             truncated_term,
             terms,
             applied_index,
-            state: StoreState::from_entries(sections),
+            state: StoreState::from_parts(sections, control),
         })
     }
 
@@ -301,6 +312,7 @@ impl NodeStorage {
             for (section, max_seq) in new_state.iter() {
                 batch.put(section_key(section), max_seq.to_be_bytes());
             }
+            batch.put(KEY_CONTROL, new_state.control().encode());
             batch.put(KEY_TRUNCATED, encode_pair(meta.index, meta.term));
             batch.put(KEY_APPLIED, meta.index.to_be_bytes());
             batch.put(KEY_CONF_STATE, meta.get_conf_state().write_to_bytes().unwrap_or_default());
@@ -373,6 +385,9 @@ impl NodeStorage {
                 "I4: persisted value differs from memory"
             );
             batch.put(section_key(section), max_seq.to_be_bytes());
+        }
+        if applied.control_changed {
+            batch.put(KEY_CONTROL, self.state.control().encode());
         }
         if let Some(cs) = &applied.conf_state {
             batch.put(KEY_CONF_STATE, cs.write_to_bytes().unwrap_or_default());

@@ -5,7 +5,17 @@ use super::*;
 use proptest::prelude::*;
 use raft::storage::MemStorage;
 use raft::Storage;
-use seqsvr_core::store::Command;
+use seqsvr_core::store::{Applied, Command, SectionAdvance};
+
+fn advance(sections: &[(u64, u64)]) -> Command {
+    Command::AdvanceMaxSeq {
+        alloc: None,
+        sections: sections
+            .iter()
+            .map(|&(s, v)| SectionAdvance { section: SectionId(s), max_seq: v, lease_epoch: 0 })
+            .collect(),
+    }
+}
 
 fn identity() -> Identity {
     Identity { set_id: SetId(0), node_id: NodeId(1) }
@@ -113,12 +123,13 @@ fn applied_state_survives_reopen_and_snapshots_carry_it() {
     let dir = tempfile::tempdir().unwrap();
     let mut ours = open(dir.path());
     ours.persist(None, &[entry(1, 1), entry(2, 1)], None).unwrap();
-    let out = ours
-        .state_mut()
-        .apply(&Command::AdvanceMaxSeq { sections: vec![(SectionId(4), 500), (SectionId(9), 7)] });
+    let out = ours.state_mut().apply(&advance(&[(4, 500), (9, 7)]));
+    let reg = ours.state_mut().apply(&Command::RegisterAlloc { addr: "a:1".into() });
+    assert!(matches!(reg.result, Ok(Applied::Registered(_))));
     ours.commit_apply(AppliedBatch {
         applied_index: 2,
         changed: out.changed,
+        control_changed: true,
         ..Default::default()
     })
     .unwrap();
@@ -132,6 +143,7 @@ fn applied_state_survives_reopen_and_snapshots_carry_it() {
     drop(ours);
     let again = open(dir.path());
     assert_eq!(again.state().max_seq(SectionId(4)), 500);
+    assert_eq!(again.state().control().allocs.len(), 1, "control state persisted");
     assert_eq!(again.state().max_seq(SectionId(9)), 7);
 
     // A member far behind installs the snapshot and agrees.
@@ -164,8 +176,7 @@ fn snapshot_that_lowers_a_section_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let mut ours = open(dir.path());
     ours.persist(None, &[entry(1, 1)], None).unwrap();
-    let out =
-        ours.state_mut().apply(&Command::AdvanceMaxSeq { sections: vec![(SectionId(1), 100)] });
+    let out = ours.state_mut().apply(&advance(&[(1, 100)]));
     ours.commit_apply(AppliedBatch {
         applied_index: 1,
         changed: out.changed,
@@ -291,8 +302,7 @@ fn a_section_raised_by_several_entries_of_one_batch_persists_its_last_value() {
     ours.persist(None, &[entry(1, 1), entry(2, 1)], None).unwrap();
     let mut changed = Vec::new();
     for v in [49, 105] {
-        let out =
-            ours.state_mut().apply(&Command::AdvanceMaxSeq { sections: vec![(SectionId(3), v)] });
+        let out = ours.state_mut().apply(&advance(&[(3, v)]));
         changed.extend(out.changed);
     }
     ours.commit_apply(AppliedBatch { applied_index: 2, changed, ..Default::default() }).unwrap();

@@ -1,0 +1,100 @@
+//! An AllocSvr's configuration: the shared cluster config file, its set and address, and
+//! per-process overrides, each settable by flag or environment variable.
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use seqsvr_core::config::{AllocTuning, ClusterConfig};
+use seqsvr_core::ids::{NodeId, SetId};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(name = "allocsvr", version, about = "seqsvr AllocSvr: serves per-uid sequence numbers")]
+pub struct Args {
+    /// The cluster config (TOML) shared by every process of the cluster.
+    #[arg(long, env = "SEQSVR_CONFIG")]
+    pub config: PathBuf,
+    /// The set this AllocSvr serves.
+    #[arg(long, env = "SEQSVR_SET_ID")]
+    pub set_id: u64,
+    /// The address clients dial (host:port); registered with the store and published in the
+    /// route table.
+    #[arg(long, env = "SEQSVR_ADDR")]
+    pub addr: String,
+    /// Address to bind; defaults to `--addr` (0.0.0.0:<port> when that is a host name).
+    #[arg(long, env = "SEQSVR_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Override `alloc.step`.
+    #[arg(long, env = "SEQSVR_STEP")]
+    pub step: Option<u64>,
+    /// Override `alloc.prefetch_ratio`.
+    #[arg(long, env = "SEQSVR_PREFETCH_RATIO")]
+    pub prefetch_ratio: Option<f64>,
+    /// Override `alloc.request_timeout_ms`.
+    #[arg(long, env = "SEQSVR_REQUEST_TIMEOUT_MS")]
+    pub request_timeout_ms: Option<u64>,
+    /// Log format: `text` or `json`. Filter with RUST_LOG (default `info`).
+    #[arg(long, env = "SEQSVR_LOG_FORMAT", default_value = "text")]
+    pub log_format: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct AllocConfig {
+    pub set_id: SetId,
+    pub addr: String,
+    pub listen: SocketAddr,
+    pub uid_begin: u64,
+    pub uid_end: u64,
+    pub section_size: u64,
+    pub stores: Vec<(NodeId, String)>,
+    pub tuning: AllocTuning,
+    /// The store's limit on sections per advance.
+    pub max_batch_sections: usize,
+}
+
+impl AllocConfig {
+    pub fn from_args(args: &Args) -> anyhow::Result<AllocConfig> {
+        let text = std::fs::read_to_string(&args.config)
+            .with_context(|| format!("cannot read cluster config {}", args.config.display()))?;
+        let cluster = ClusterConfig::from_toml_str(&text)
+            .with_context(|| format!("in {}", args.config.display()))?;
+        let set_id = SetId(args.set_id);
+        let Some(set) = cluster.set(set_id) else {
+            bail!("set {set_id} is not in {}", args.config.display());
+        };
+        let mut tuning = cluster.alloc.clone();
+        if let Some(v) = args.step {
+            tuning.step = v;
+        }
+        if let Some(v) = args.prefetch_ratio {
+            tuning.prefetch_ratio = v;
+        }
+        if let Some(v) = args.request_timeout_ms {
+            tuning.request_timeout_ms = v;
+        }
+        tuning.validate()?;
+        let port = args.addr.rsplit_once(':').and_then(|(h, p)| {
+            if h.is_empty() {
+                None
+            } else {
+                p.parse::<u16>().ok()
+            }
+        });
+        let Some(port) = port else { bail!("--addr {:?} is not host:port", args.addr) };
+        let listen = match args.listen {
+            Some(l) => l,
+            None => args.addr.parse().unwrap_or(SocketAddr::from(([0, 0, 0, 0], port))),
+        };
+        Ok(AllocConfig {
+            set_id,
+            addr: args.addr.clone(),
+            listen,
+            uid_begin: set.uid_begin,
+            uid_end: set.uid_end,
+            section_size: cluster.section_size,
+            stores: set.stores.iter().map(|m| (m.id, m.addr.clone())).collect(),
+            tuning,
+            max_batch_sections: cluster.store.max_batch_sections,
+        })
+    }
+}

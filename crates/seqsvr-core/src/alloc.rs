@@ -1,0 +1,290 @@
+//! The AllocSvr's allocation table: `cur_seq` per uid and `max_seq` per section, in memory.
+//! This is the hot path, readable top to bottom: uid → section → `cur_seq` → maybe wait for an
+//! advance. No I/O: the server feeds it grants, loads and committed advances.
+//!
+//! Invariants:
+//! - I2: a value is returned only if it is <= the section's `max_seq` as committed by the store
+//!   (`max_seq` here only ever takes values the store returned). Asserted on every allocation.
+//! - I1 (within one owner): a uid's values strictly increase. Across owners: a (re)loaded
+//!   section starts every `cur_seq` at the loaded `max_seq`, which is >= anything ever served.
+
+use crate::ids::SectionId;
+use crate::section::SectionRange;
+use crate::store::SectionAdvance;
+use std::collections::{BTreeMap, BTreeSet};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocConfig {
+    pub section_size: u64,
+    /// How far each advance raises `max_seq`.
+    pub step: u64,
+    /// Ask for the next step once fewer than this many values remain above the section's
+    /// highest value served (Leaf's double buffer: `0.9 * step` advances after 10% is used).
+    pub prefetch_remaining: u64,
+}
+
+/// Why a request cannot be served now. Each maps to one gRPC status in the server.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SeqError {
+    #[error("section {0} is not served here")]
+    NotOwned(SectionId),
+    #[error("section {0} is being loaded")]
+    Loading(SectionId),
+    #[error("section {0} waits for max_seq to advance")]
+    Exhausted(SectionId),
+}
+
+#[derive(Debug)]
+struct SectionSeqs {
+    lease_epoch: u64,
+    /// Invariant: every value handed out for this section is <= max_seq (I2).
+    max_seq: u64,
+    /// `max_seq` when loaded: the `cur_seq` of every uid not touched since.
+    base: u64,
+    /// `cur_seq` per uid (index `uid % section_size`), 0 = untouched (reads as `base`).
+    /// Allocated on first touch; calloc'd, so untouched pages cost no memory.
+    cur: Option<Box<[u64]>>,
+    /// Highest value handed out in this section (>= base).
+    high_water: u64,
+    /// `max_seq` wanted; > max_seq means an advance is needed.
+    want: u64,
+    in_flight: bool,
+}
+
+#[derive(Debug)]
+enum SectionState {
+    Loading { lease_epoch: u64 },
+    Ready(SectionSeqs),
+}
+
+#[derive(Debug)]
+pub struct AllocTable {
+    config: AllocConfig,
+    sections: BTreeMap<SectionId, SectionState>,
+    /// Ready sections with `want > max_seq` and no advance in flight.
+    wanting: BTreeSet<SectionId>,
+}
+
+impl AllocTable {
+    pub fn new(config: AllocConfig) -> AllocTable {
+        assert!(config.section_size > 0 && config.step > 0, "validated by the config");
+        AllocTable { config, sections: BTreeMap::new(), wanting: BTreeSet::new() }
+    }
+
+    pub fn config(&self) -> AllocConfig {
+        self.config
+    }
+
+    fn section_of(&self, uid: u64) -> (SectionId, usize) {
+        let size = self.config.section_size;
+        (SectionId(uid / size), (uid % size) as usize)
+    }
+
+    fn ready(&mut self, section: SectionId) -> Result<&mut SectionSeqs, SeqError> {
+        match self.sections.get_mut(&section) {
+            None => Err(SeqError::NotOwned(section)),
+            Some(SectionState::Loading { .. }) => Err(SeqError::Loading(section)),
+            Some(SectionState::Ready(s)) => Ok(s),
+        }
+    }
+
+    /// The next sequence of `uid`.
+    pub fn next(&mut self, uid: u64) -> Result<u64, SeqError> {
+        Ok(self.next_batch(&[uid])?[0])
+    }
+
+    /// The next sequence of each uid, all or nothing; a repeated uid gets increasing values in
+    /// batch order.
+    pub fn next_batch(&mut self, uids: &[u64]) -> Result<Vec<u64>, SeqError> {
+        // Pass 1: check every section and the highest value each would need; change nothing.
+        let mut need: BTreeMap<SectionId, u64> = BTreeMap::new();
+        let mut repeats: BTreeMap<u64, u64> = BTreeMap::new();
+        for &uid in uids {
+            let (section, index) = self.section_of(uid);
+            let s = self.ready(section)?;
+            let k = repeats.entry(uid).or_insert(0);
+            *k += 1;
+            let value = current_of(s, index) + *k;
+            let n = need.entry(section).or_insert(0);
+            *n = (*n).max(value);
+        }
+        let mut short = None;
+        for (&section, &value) in &need {
+            let step = self.config.step;
+            let s = self.ready(section)?;
+            if value > s.max_seq {
+                s.want = s.want.max(value.max(s.max_seq) + step);
+                short.get_or_insert(section);
+            }
+        }
+        if let Some(section) = short {
+            self.refresh_wanting(need.keys().copied());
+            return Err(SeqError::Exhausted(section));
+        }
+        // Pass 2: allocate.
+        let size = self.config.section_size as usize;
+        let mut values = Vec::with_capacity(uids.len());
+        for &uid in uids {
+            let (section, index) = self.section_of(uid);
+            let s = self.ready(section)?;
+            let value = current_of(s, index) + 1;
+            assert!(value <= s.max_seq, "I2: {value} above committed max_seq {}", s.max_seq);
+            s.cur.get_or_insert_with(|| vec![0u64; size].into_boxed_slice())[index] = value;
+            s.high_water = s.high_water.max(value);
+            values.push(value);
+        }
+        // Prefetch: ask for the next step before anyone has to wait for it.
+        let (step, prefetch) = (self.config.step, self.config.prefetch_remaining);
+        for &section in need.keys() {
+            let s = self.ready(section)?;
+            if s.max_seq - s.high_water < prefetch {
+                s.want = s.want.max(s.max_seq + step);
+            }
+        }
+        self.refresh_wanting(need.keys().copied());
+        Ok(values)
+    }
+
+    /// The current sequence of `uid` without allocating: >= every value handed out for it and
+    /// < the next one; 0 only if its section was never advanced.
+    pub fn current(&self, uid: u64) -> Result<u64, SeqError> {
+        let (section, index) = self.section_of(uid);
+        match self.sections.get(&section) {
+            None => Err(SeqError::NotOwned(section)),
+            Some(SectionState::Loading { .. }) => Err(SeqError::Loading(section)),
+            Some(SectionState::Ready(s)) => Ok(current_of(s, index)),
+        }
+    }
+
+    pub fn owns(&self, section: SectionId) -> bool {
+        self.sections.contains_key(&section)
+    }
+
+    /// Installs a grant: the runs this AllocSvr may serve, with lease epochs. Sections not in it
+    /// are dropped; a section with a new epoch is reloaded. Returns the runs to load.
+    pub fn grant(&mut self, runs: &[(SectionRange, u64)]) -> Vec<(SectionRange, u64)> {
+        let mut granted: BTreeMap<SectionId, u64> = BTreeMap::new();
+        for &(r, e) in runs {
+            for s in r.begin().0..r.end().0 {
+                granted.insert(SectionId(s), e);
+            }
+        }
+        self.sections.retain(|s, state| {
+            let epoch = match state {
+                SectionState::Loading { lease_epoch } => *lease_epoch,
+                SectionState::Ready(seqs) => seqs.lease_epoch,
+            };
+            granted.get(s) == Some(&epoch)
+        });
+        let mut to_load: Vec<(SectionRange, u64)> = Vec::new();
+        for (s, e) in granted {
+            if self.sections.contains_key(&s) {
+                continue;
+            }
+            self.sections.insert(s, SectionState::Loading { lease_epoch: e });
+            match to_load.last_mut() {
+                Some((r, le)) if *le == e && r.end() == s => {
+                    *r = SectionRange::new(r.begin(), SectionId(s.0 + 1)).expect("grows");
+                }
+                _ => to_load.push((SectionRange::new(s, SectionId(s.0 + 1)).expect("one"), e)),
+            }
+        }
+        let sections = &self.sections;
+        self.wanting.retain(|s| sections.contains_key(s));
+        to_load
+    }
+
+    /// A run's committed `max_seq` values arrived (`values` lists the advanced sections; the
+    /// rest are 0). Ignored for sections no longer loading at that epoch.
+    pub fn loaded(
+        &mut self,
+        run: SectionRange,
+        lease_epoch: u64,
+        values: &BTreeMap<SectionId, u64>,
+    ) {
+        for s in run.begin().0..run.end().0 {
+            let s = SectionId(s);
+            if let Some(state @ SectionState::Loading { .. }) = self.sections.get_mut(&s) {
+                if matches!(state, SectionState::Loading { lease_epoch: e } if *e == lease_epoch) {
+                    let max_seq = values.get(&s).copied().unwrap_or(0);
+                    *state = SectionState::Ready(SectionSeqs {
+                        lease_epoch,
+                        max_seq,
+                        base: max_seq,
+                        cur: None,
+                        high_water: max_seq,
+                        want: 0,
+                        in_flight: false,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Advances to send (marked in flight), at most `max` of them.
+    pub fn take_wanted(&mut self, max: usize) -> Vec<SectionAdvance> {
+        let picked: Vec<SectionId> = self.wanting.iter().take(max).copied().collect();
+        let mut out = Vec::with_capacity(picked.len());
+        for section in picked {
+            self.wanting.remove(&section);
+            if let Some(SectionState::Ready(s)) = self.sections.get_mut(&section) {
+                s.in_flight = true;
+                out.push(SectionAdvance { section, max_seq: s.want, lease_epoch: s.lease_epoch });
+            }
+        }
+        out
+    }
+
+    /// The store committed `max_seq` for a section (or refused: `committed` = None).
+    pub fn advanced(&mut self, section: SectionId, lease_epoch: u64, committed: Option<u64>) {
+        if let Some(SectionState::Ready(s)) = self.sections.get_mut(&section) {
+            if s.lease_epoch == lease_epoch {
+                s.in_flight = false;
+                if let Some(v) = committed {
+                    s.max_seq = s.max_seq.max(v);
+                }
+            }
+        }
+        self.refresh_wanting([section]);
+    }
+
+    /// The store says we no longer own `section` (fenced): stop serving it at once.
+    pub fn drop_section(&mut self, section: SectionId) {
+        self.sections.remove(&section);
+        self.wanting.remove(&section);
+    }
+
+    pub fn has_wanted(&self) -> bool {
+        !self.wanting.is_empty()
+    }
+
+    /// Sections held (loading or ready) and touched (with a `cur_seq` array).
+    pub fn counts(&self) -> (usize, usize) {
+        let touched = self
+            .sections
+            .values()
+            .filter(|s| matches!(s, SectionState::Ready(SectionSeqs { cur: Some(_), .. })))
+            .count();
+        (self.sections.len(), touched)
+    }
+
+    fn refresh_wanting(&mut self, sections: impl IntoIterator<Item = SectionId>) {
+        for section in sections {
+            if let Some(SectionState::Ready(s)) = self.sections.get(&section) {
+                if s.want > s.max_seq && !s.in_flight {
+                    self.wanting.insert(section);
+                } else {
+                    self.wanting.remove(&section);
+                }
+            }
+        }
+    }
+}
+
+fn current_of(s: &SectionSeqs, index: usize) -> u64 {
+    let cur = s.cur.as_ref().map_or(0, |c| c[index]);
+    cur.max(s.base)
+}
+
+#[cfg(test)]
+mod tests;

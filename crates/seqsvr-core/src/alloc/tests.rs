@@ -1,0 +1,177 @@
+//! The allocation table against a reference model `{uid → last value}` and a model store
+//! `{section → committed max_seq}`: values strictly increase per uid (I1), never exceed what
+//! the store committed (I2), and survive reloads under new epochs.
+
+use super::*;
+use proptest::prelude::*;
+
+const SIZE: u64 = 10;
+
+fn config(step: u64) -> AllocConfig {
+    AllocConfig { section_size: SIZE, step, prefetch_remaining: step * 9 / 10 }
+}
+
+fn all(n_sections: u64, epoch: u64) -> Vec<(SectionRange, u64)> {
+    vec![(SectionRange::new(SectionId(0), SectionId(n_sections)).unwrap(), epoch)]
+}
+
+/// Commits every wanted advance like the store would: `max(current, requested)`.
+fn commit_wanted(t: &mut AllocTable, store: &mut BTreeMap<SectionId, u64>) {
+    for a in t.take_wanted(usize::MAX) {
+        let v = store.entry(a.section).or_insert(0);
+        *v = (*v).max(a.max_seq);
+        t.advanced(a.section, a.lease_epoch, Some(*v));
+    }
+}
+
+#[test]
+fn serves_contiguously_with_step_boundaries() {
+    let mut t = AllocTable::new(config(10));
+    let to_load = t.grant(&all(2, 1));
+    assert_eq!(to_load, all(2, 1));
+    assert_eq!(t.next(3), Err(SeqError::Loading(SectionId(0))));
+    t.loaded(to_load[0].0, 1, &BTreeMap::new());
+    let mut store = BTreeMap::new();
+    let mut last = 0;
+    for _ in 0..1000 {
+        let v = match t.next(3) {
+            Ok(v) => v,
+            Err(SeqError::Exhausted(_)) => {
+                commit_wanted(&mut t, &mut store);
+                t.next(3).unwrap()
+            }
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(v, last + 1, "contiguous while nothing fails");
+        last = v;
+        assert!(v <= store[&SectionId(0)]);
+        commit_wanted(&mut t, &mut store); // prefetch keeps ahead
+    }
+    assert_eq!(t.current(3), Ok(1000));
+    assert_eq!(t.current(4), Ok(0), "never allocated, section base 0");
+    assert_eq!(t.next(25), Err(SeqError::NotOwned(SectionId(2))));
+}
+
+#[test]
+fn batches_are_all_or_nothing_and_ordered() {
+    let mut t = AllocTable::new(config(5));
+    let runs = t.grant(&all(2, 1));
+    t.loaded(runs[0].0, 1, &BTreeMap::from([(SectionId(0), 5), (SectionId(1), 100)]));
+    // uid 1 three times needs 8 > 5: nothing is allocated.
+    assert_eq!(t.next_batch(&[12, 1, 1, 1]), Err(SeqError::Exhausted(SectionId(0))));
+    assert_eq!(t.current(12), Ok(100));
+    assert_eq!(t.current(1), Ok(5));
+    let wanted = t.take_wanted(10);
+    assert_eq!(wanted.len(), 2, "both sections are at their bound");
+    assert!(wanted[0].max_seq >= 8 && wanted[1].max_seq >= 101);
+    for a in wanted {
+        t.advanced(a.section, 1, Some(a.max_seq));
+    }
+    assert_eq!(t.next_batch(&[12, 1, 1, 1]), Ok(vec![101, 6, 7, 8]));
+}
+
+#[test]
+fn regrant_with_new_epoch_reloads_and_dropped_sections_stop() {
+    let mut t = AllocTable::new(config(10));
+    let runs = t.grant(&all(2, 1));
+    t.loaded(runs[0].0, 1, &BTreeMap::from([(SectionId(0), 10)]));
+    assert_eq!(t.next(1), Err(SeqError::Exhausted(SectionId(0))), "10 is the committed bound");
+    let wanted = t.take_wanted(10);
+    t.advanced(SectionId(0), 1, Some(wanted[0].max_seq));
+    assert_eq!(t.next(1), Ok(11));
+    // Section 1 moves away; section 0 comes back at a new epoch: it must reload.
+    let runs = t.grant(&[(SectionRange::new(SectionId(0), SectionId(1)).unwrap(), 2)]);
+    assert_eq!(runs.len(), 1);
+    assert_eq!(t.next(15), Err(SeqError::NotOwned(SectionId(1))));
+    assert_eq!(t.next(1), Err(SeqError::Loading(SectionId(0))));
+    // A load for the old epoch is ignored.
+    t.loaded(runs[0].0, 1, &BTreeMap::from([(SectionId(0), 10)]));
+    assert_eq!(t.next(1), Err(SeqError::Loading(SectionId(0))));
+    t.loaded(runs[0].0, 2, &BTreeMap::from([(SectionId(0), 50)]));
+    assert_eq!(t.current(1), Ok(50), "cur_seq restarts at the loaded max_seq");
+    assert_eq!(t.counts(), (1, 0), "the reload dropped the old cur_seq array");
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Next(u64),
+    Batch(Vec<u64>),
+    /// Commit some of the wanted advances.
+    Commit(usize),
+    /// The store refuses some in-flight advances (e.g. unavailable).
+    Fail(usize),
+    /// Lose every section and get them back at a new epoch (a hand-over and back).
+    Reload,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0u64..30).prop_map(Op::Next),
+        2 => prop::collection::vec(0u64..30, 1..8).prop_map(Op::Batch),
+        3 => (0usize..4).prop_map(Op::Commit),
+        1 => (0usize..4).prop_map(Op::Fail),
+        1 => Just(Op::Reload),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn matches_reference_model(step in 1u64..20, ops in prop::collection::vec(op(), 1..150)) {
+        let mut t = AllocTable::new(config(step));
+        let mut epoch = 1;
+        let mut store: BTreeMap<SectionId, u64> = BTreeMap::new();
+        let runs = t.grant(&all(3, epoch));
+        t.loaded(runs[0].0, epoch, &store);
+        let mut last: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut in_flight: Vec<SectionAdvance> = Vec::new();
+        for op in ops {
+            let served: Vec<(u64, u64)> = match op {
+                Op::Next(uid) => t.next(uid).map(|v| vec![(uid, v)]).unwrap_or_default(),
+                Op::Batch(uids) => {
+                    let before: Vec<u64> = uids.iter().map(|&u| t.current(u).unwrap()).collect();
+                    match t.next_batch(&uids) {
+                        Ok(values) => uids.iter().copied().zip(values).collect(),
+                        Err(_) => {
+                            let after: Vec<u64> = uids.iter().map(|&u| t.current(u).unwrap()).collect();
+                            prop_assert_eq!(before, after, "a refused batch changed nothing");
+                            Vec::new()
+                        }
+                    }
+                }
+                Op::Commit(n) => {
+                    in_flight.extend(t.take_wanted(usize::MAX));
+                    for a in in_flight.drain(..n.min(in_flight.len())) {
+                        let v = store.entry(a.section).or_insert(0);
+                        *v = (*v).max(a.max_seq);
+                        t.advanced(a.section, a.lease_epoch, Some(*v));
+                    }
+                    Vec::new()
+                }
+                Op::Fail(n) => {
+                    for a in in_flight.drain(..n.min(in_flight.len())) {
+                        t.advanced(a.section, a.lease_epoch, None);
+                    }
+                    Vec::new()
+                }
+                Op::Reload => {
+                    epoch += 1;
+                    t.grant(&[]);
+                    let runs = t.grant(&all(3, epoch));
+                    t.loaded(runs[0].0, epoch, &store);
+                    Vec::new()
+                }
+            };
+            for &(uid, v) in &served {
+                let prev = last.insert(uid, v).unwrap_or(0);
+                prop_assert!(v > prev, "uid {uid}: {v} after {prev}");
+                let committed = store.get(&SectionId(uid / SIZE)).copied().unwrap_or(0);
+                prop_assert!(v <= committed, "I2: {v} above committed {committed}");
+            }
+            for (&uid, &v) in &last {
+                prop_assert!(t.current(uid).unwrap() >= v, "current below a served value");
+            }
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! The arbiter: seqsvr part 2's arbitration service, folded into the store's Raft leader. It
+//! decides who owns which section; the decisions become Raft commands, so every member agrees.
+//!
+//! Lease arithmetic (all times are the leader's monotonic milliseconds; `hold = lease + margin`):
+//! - An AllocSvr serves only until `send_time + lease - margin` of its last successful
+//!   heartbeat (its own monotonic clock), and a grant is made after the heartbeat was sent, so
+//!   its lease ends before `last_grant + lease`: once `now >= last_grant + hold`, it is over.
+//! - A run that changes hands while its old owner may still hold a lease is assigned unsettled;
+//!   grants only ever include settled runs, and the run is settled `hold` after the assignment
+//!   was applied (no grant after that apply includes it for the old owner).
+//! - A new leader does not know its predecessor's grants: it treats every AllocSvr as granted
+//!   at the moment it became leader, and reassigns nothing for one `hold`.
+//! - An AllocSvr found dead is expired first (never granted again), then its sections move.
+//!
+//! No I/O and no clock: the driver passes `now_ms` in, so all of this is tested exhaustively.
+
+use crate::assign::Owner;
+use crate::ids::AllocId;
+use crate::section::SectionRange;
+use crate::store::{Command, ControlState};
+use std::collections::{BTreeMap, BTreeSet};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseConfig {
+    pub lease_ms: u64,
+    pub margin_ms: u64,
+}
+
+impl LeaseConfig {
+    pub fn hold_ms(&self) -> u64 {
+        self.lease_ms + self.margin_ms
+    }
+}
+
+/// Leader-local arbitration state. Dropped when leadership is lost.
+#[derive(Debug)]
+pub struct Arbiter {
+    lease: LeaseConfig,
+    leader_since_ms: u64,
+    /// Last grant this leader made to each AllocSvr.
+    last_grant_ms: BTreeMap<AllocId, u64>,
+    /// Found dead: never granted again by this leader.
+    expired: BTreeSet<AllocId>,
+    /// Unsettled lease epoch → when it may be settled.
+    fences: BTreeMap<u64, u64>,
+}
+
+/// The runs an AllocSvr may serve: its settled runs, with their lease epochs.
+pub fn grant_for(control: &ControlState, alloc: AllocId) -> Vec<(SectionRange, u64)> {
+    control
+        .assignment
+        .runs()
+        .filter(|(_, o)| o.alloc == alloc && o.settled)
+        .map(|(r, o)| (r, o.lease_epoch))
+        .collect()
+}
+
+impl Arbiter {
+    pub fn new(now_ms: u64, lease: LeaseConfig) -> Arbiter {
+        Arbiter {
+            lease,
+            leader_since_ms: now_ms,
+            last_grant_ms: BTreeMap::new(),
+            expired: BTreeSet::new(),
+            fences: BTreeMap::new(),
+        }
+    }
+
+    pub fn lease(&self) -> LeaseConfig {
+        self.lease
+    }
+
+    /// Whether a heartbeat from `alloc` may be answered with a grant.
+    pub fn may_grant(&self, control: &ControlState, alloc: AllocId) -> bool {
+        control.is_current(alloc) && !self.expired.contains(&alloc)
+    }
+
+    /// Records a grant; the caller must have checked `may_grant` in the same step.
+    pub fn on_granted(&mut self, alloc: AllocId, now_ms: u64) {
+        debug_assert!(!self.expired.contains(&alloc));
+        self.last_grant_ms.insert(alloc, now_ms);
+    }
+
+    /// Records an applied `Assign`: unsettled runs are fenced for one `hold` from now.
+    pub fn on_assigned(&mut self, lease_epoch: u64, settled: bool, now_ms: u64) {
+        if !settled {
+            self.fences.insert(lease_epoch, now_ms + self.lease.hold_ms());
+        }
+    }
+
+    pub fn last_grant_ms(&self, alloc: AllocId) -> Option<u64> {
+        self.last_grant_ms.get(&alloc).copied()
+    }
+
+    pub fn is_expired(&self, alloc: AllocId) -> bool {
+        self.expired.contains(&alloc)
+    }
+
+    /// Whether the new-leader wait is over.
+    pub fn is_settled_in(&self, now_ms: u64) -> bool {
+        now_ms >= self.leader_since_ms + self.lease.hold_ms()
+    }
+
+    fn lease_over(&self, alloc: AllocId, now_ms: u64) -> bool {
+        let last = self.last_grant_ms.get(&alloc).copied().unwrap_or(self.leader_since_ms);
+        self.expired.contains(&alloc) || now_ms >= last + self.lease.hold_ms()
+    }
+
+    /// The commands that move the set toward: every section owned by a live AllocSvr, fences
+    /// settled, dead registrations forgotten. Idempotent given the same state: the caller
+    /// proposes them and calls again only after they applied.
+    pub fn plan(
+        &mut self,
+        now_ms: u64,
+        control: &ControlState,
+        sections: SectionRange,
+    ) -> Vec<Command> {
+        if !self.is_settled_in(now_ms) {
+            return Vec::new(); // a new leader reassigns nothing for one full lease
+        }
+        let mut commands = Vec::new();
+
+        // 1. Settle fences that have passed (those of a previous leader: from our start).
+        let unsettled: BTreeSet<u64> = control
+            .assignment
+            .runs()
+            .filter(|(_, o)| !o.settled)
+            .map(|(_, o)| o.lease_epoch)
+            .collect();
+        for e in unsettled {
+            let until =
+                self.fences.get(&e).copied().unwrap_or(self.leader_since_ms + self.lease.hold_ms());
+            if now_ms >= until {
+                commands.push(Command::Settle { lease_epoch: e });
+            }
+        }
+        self.fences.retain(|e, _| {
+            control.assignment.runs().any(|(_, o)| o.lease_epoch == *e && !o.settled)
+        });
+
+        // 2. Expire AllocSvrs whose lease must be over: from now on they get no grant.
+        for (&id, _) in control.allocs.iter() {
+            if !self.expired.contains(&id) && self.lease_over(id, now_ms) {
+                self.expired.insert(id);
+            }
+        }
+
+        // 3. Who may receive sections: current, not draining, alive under this leader.
+        let eligible: Vec<AllocId> = control
+            .allocs
+            .iter()
+            .filter(|(id, r)| {
+                !r.replaced
+                    && !r.draining
+                    && !self.expired.contains(id)
+                    && self.last_grant_ms.contains_key(id)
+            })
+            .map(|(&id, _)| id)
+            .collect();
+
+        // 4. Orphans: unassigned sections and runs of anyone not eligible.
+        let mut orphans: Vec<(SectionRange, Option<Owner>)> =
+            control.assignment.unassigned(sections).into_iter().map(|r| (r, None)).collect();
+        orphans.extend(
+            control
+                .assignment
+                .runs()
+                .filter(|(_, o)| !eligible.contains(&o.alloc))
+                .map(|(r, o)| (r, Some(o))),
+        );
+        orphans.sort_by_key(|(r, _)| r.begin());
+
+        if !eligible.is_empty() {
+            let assigned = control.assignment.load();
+            let mut load: BTreeMap<AllocId, u64> =
+                eligible.iter().map(|&a| (a, assigned.get(&a).copied().unwrap_or(0))).collect();
+            let n_orphaned: u64 = orphans.iter().map(|(r, _)| r.len()).sum();
+            let total: u64 = load.values().sum::<u64>() + n_orphaned;
+            let target = total.div_ceil(eligible.len() as u64);
+            let mut settled_moves = Vec::new();
+            let mut fenced_moves = Vec::new();
+            for (range, previous) in orphans {
+                // Free to serve at once only if the previous owner can hold no lease and will
+                // never be granted again.
+                let free = previous.is_none_or(|o| {
+                    self.lease_over(o.alloc, now_ms) && !self.may_grant(control, o.alloc)
+                });
+                let mut begin = range.begin();
+                while begin < range.end() {
+                    let Some((&to, &have)) = load.iter().min_by_key(|&(&a, &l)| (l, a)) else {
+                        break;
+                    };
+                    let take = (range.end().0 - begin.0).min(target.saturating_sub(have).max(1));
+                    let end = crate::ids::SectionId(begin.0 + take);
+                    let piece = SectionRange::new(begin, end).expect("begin < end");
+                    if free {
+                        settled_moves.push((piece, to))
+                    } else {
+                        fenced_moves.push((piece, to))
+                    }
+                    *load.entry(to).or_insert(0) += take;
+                    begin = end;
+                }
+            }
+            if !settled_moves.is_empty() {
+                commands.push(Command::Assign { moves: settled_moves, settled: true });
+            }
+            if !fenced_moves.is_empty() {
+                commands.push(Command::Assign { moves: fenced_moves, settled: false });
+            }
+            // 5. Rebalance toward an AllocSvr that owns nothing (a newly started one): it takes
+            //    half of the most loaded one's sections, from the end of that one's largest run.
+            if n_orphaned == 0 {
+                let empty = eligible.iter().copied().find(|a| load.get(a) == Some(&0));
+                let busiest = load.iter().max_by_key(|&(&a, &l)| (l, std::cmp::Reverse(a)));
+                if let (Some(empty), Some((&busiest, &busiest_load))) = (empty, busiest) {
+                    let largest = control
+                        .assignment
+                        .runs()
+                        .filter(|(_, o)| o.alloc == busiest)
+                        .max_by_key(|(r, _)| r.len());
+                    if let Some((run, _)) = largest.filter(|_| busiest_load >= 2) {
+                        let take = (busiest_load / 2).min(run.len()).max(1);
+                        let from = crate::ids::SectionId(run.end().0 - take);
+                        let upper = SectionRange::new(from, run.end()).expect("from < end");
+                        commands
+                            .push(Command::Assign { moves: vec![(upper, empty)], settled: false });
+                    }
+                }
+            }
+        }
+
+        // 6. Forget registrations that are gone and own nothing.
+        let owners = control.assignment.load();
+        for (&id, r) in &control.allocs {
+            if (r.replaced || self.expired.contains(&id)) && !owners.contains_key(&id) {
+                commands.push(Command::RemoveAlloc { alloc: id });
+            }
+        }
+        commands
+    }
+
+    /// Drops leader-local memory of a registration the state no longer has.
+    pub fn forget(&mut self, alloc: AllocId) {
+        self.last_grant_ms.remove(&alloc);
+        self.expired.remove(&alloc);
+    }
+}
+
+#[cfg(test)]
+mod tests;

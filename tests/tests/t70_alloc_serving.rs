@@ -1,0 +1,160 @@
+//! t70: the AllocSvr tier serves: contiguous values across step boundaries, batches, bad input,
+//! seqctl's next/get/route, and strictly increasing values across an AllocSvr kill -9.
+
+use seqsvr_cluster_tests::{binary, wait_for, Cluster, ClusterOptions, ProcKey, WAIT_MAX};
+use seqsvr_core::ids::SetId;
+use tonic::Code;
+
+fn options(step: u64) -> ClusterOptions {
+    let mut o = ClusterOptions { allocs_per_set: 2, ..ClusterOptions::default() };
+    o.alloc.step = step;
+    o
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn step_boundaries_are_contiguous_and_batches_ordered() {
+    let cluster = Cluster::start(options(10));
+    let client = cluster.seq_client().await;
+    cluster.wait_serving(&client).await;
+
+    // With step 10, 3000 calls cross ~300 step boundaries: strictly increasing and, with no
+    // fault, contiguous.
+    let uid = 4242;
+    let mut last = client.current(uid, WAIT_MAX).await.expect("current");
+    for _ in 0..3000 {
+        let v = client.next(uid, WAIT_MAX).await.expect("next");
+        assert_eq!(v, last + 1, "contiguous while nothing fails");
+        last = v;
+    }
+    assert_eq!(client.current(uid, WAIT_MAX).await.unwrap(), last);
+
+    // A batch: a repeated uid gets increasing values in batch order, across sections and owners.
+    let uids = [7, 7, 99_999, 7, 12_345];
+    let before: Vec<u64> = futures_current(&client, &uids).await;
+    let got = client.next_batch(&uids, WAIT_MAX).await.expect("batch");
+    assert!(got[0] > before[0] && got[1] > got[0] && got[3] > got[1], "{got:?}");
+    assert!(got[2] > before[2] && got[4] > before[4]);
+}
+
+async fn futures_current(client: &seqsvr_client::seq::SeqClient, uids: &[u64]) -> Vec<u64> {
+    let mut out = Vec::new();
+    for &u in uids {
+        out.push(client.current(u, WAIT_MAX).await.expect("current"));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_invalid_argument_and_changes_nothing() {
+    let cluster = Cluster::start(options(100));
+    let client = cluster.seq_client().await;
+    cluster.wait_serving(&client).await;
+    let end = cluster.config.sets[0].uid_end;
+
+    let err = client.next(end, WAIT_MAX).await.expect_err("uid outside every set");
+    assert_eq!(err.code(), Code::InvalidArgument, "{}", err.message());
+    let err = client.next_batch(&[], WAIT_MAX).await.expect_err("empty batch");
+    assert_eq!(err.code(), Code::InvalidArgument);
+
+    // Straight to an AllocSvr: oversized batch, and a batch with one bad uid, change nothing.
+    let channel =
+        seqsvr_client::store::channel(&cluster.proc(ProcKey::Alloc(SetId(0), 0)).addr).unwrap();
+    let mut direct = seqsvr_proto::v1::seq_service_client::SeqServiceClient::new(channel);
+    let before = client.current(5, WAIT_MAX).await.unwrap();
+    let too_many = vec![5u64; 1001];
+    let err = direct
+        .next_batch(seqsvr_proto::v1::NextBatchRequest { uids: too_many, route_version: 0 })
+        .await
+        .expect_err("oversized");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    let err = direct
+        .next_batch(seqsvr_proto::v1::NextBatchRequest { uids: vec![5, end + 7], route_version: 0 })
+        .await
+        .expect_err("one uid out of range");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert_eq!(client.current(5, WAIT_MAX).await.unwrap(), before, "nothing was allocated");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seqctl_next_get_and_route() {
+    let cluster = Cluster::start(options(100));
+    let client = cluster.seq_client().await;
+    cluster.wait_serving(&client).await;
+    let seqctl = |args: &[&str]| {
+        let mut c = std::process::Command::new(binary("seqctl"));
+        c.arg("--config").arg(&cluster.config_path).args(args);
+        c.output().expect("run seqctl")
+    };
+    let out = seqctl(&["next", "42", "42"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<(u64, u64)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let (u, s) = l.split_once(' ').expect("UID SEQ");
+            (u.parse().unwrap(), s.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert!(lines[1].1 > lines[0].1);
+    let out = seqctl(&["get", "42"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("42 {}", lines[1].1));
+
+    let out = seqctl(&["next", "999999999"]);
+    assert!(!out.status.success(), "a uid outside the cluster fails");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("InvalidArgument"));
+
+    let out = seqctl(&["route", "--json"]);
+    let sets: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("route json");
+    assert_eq!(sets.len(), 1);
+    for key in ["set", "version", "entries"] {
+        assert!(sets[0].get(key).is_some(), "{key} missing");
+    }
+    let entries = sets[0]["entries"].as_array().unwrap();
+    assert!(!entries.is_empty());
+    for e in entries {
+        for key in ["section_begin", "section_end", "alloc_id", "addr"] {
+            assert!(e.get(key).is_some(), "{key} missing in {e}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequential_calls_stay_increasing_across_alloc_kill9_and_restart() {
+    let mut cluster = Cluster::start(options(50));
+    let client = cluster.seq_client().await;
+    cluster.wait_serving(&client).await;
+    let uid = 1234;
+    let mut last = 0;
+    let step = |v: u64, last: &mut u64| {
+        assert!(v > *last, "uid {uid}: {v} after {last}");
+        *last = v;
+    };
+    for _ in 0..100 {
+        step(client.next(uid, WAIT_MAX).await.unwrap(), &mut last);
+    }
+    for i in 0..2 {
+        cluster.kill9_proc(ProcKey::Alloc(SetId(0), i));
+        for _ in 0..50 {
+            step(
+                client.next(uid, WAIT_MAX).await.expect("served again after a hand-over"),
+                &mut last,
+            );
+        }
+        cluster.start_proc(ProcKey::Alloc(SetId(0), i));
+        for _ in 0..50 {
+            step(client.next(uid, WAIT_MAX).await.unwrap(), &mut last);
+        }
+    }
+    // The restarted AllocSvrs registered anew and get sections again.
+    wait_for("both AllocSvrs to own sections again", || async {
+        let leases = cluster
+            .store_client()
+            .admin(std::time::Duration::from_secs(2), |mut c, _| async move {
+                c.leases(seqsvr_proto::v1::LeasesRequest {}).await
+            })
+            .await
+            .ok()?;
+        (leases.allocs.iter().filter(|a| a.n_sections > 0 && !a.expired).count() == 2).then_some(())
+    })
+    .await;
+}
