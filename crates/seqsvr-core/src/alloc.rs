@@ -63,12 +63,19 @@ pub struct AllocTable {
     sections: BTreeMap<SectionId, SectionState>,
     /// Ready sections with `want > max_seq` and no advance in flight.
     wanting: BTreeSet<SectionId>,
+    /// The last grant installed: an unchanged grant (the common heartbeat) costs nothing.
+    last_grant: Vec<(SectionRange, u64)>,
 }
 
 impl AllocTable {
     pub fn new(config: AllocConfig) -> AllocTable {
         assert!(config.section_size > 0 && config.step > 0, "validated by the config");
-        AllocTable { config, sections: BTreeMap::new(), wanting: BTreeSet::new() }
+        AllocTable {
+            config,
+            sections: BTreeMap::new(),
+            wanting: BTreeSet::new(),
+            last_grant: Vec::new(),
+        }
     }
 
     pub fn config(&self) -> AllocConfig {
@@ -163,6 +170,10 @@ impl AllocTable {
     /// Installs a grant: the runs this AllocSvr may serve, with lease epochs. Sections not in it
     /// are dropped; a section with a new epoch is reloaded. Returns the runs to load.
     pub fn grant(&mut self, runs: &[(SectionRange, u64)]) -> Vec<(SectionRange, u64)> {
+        if runs == self.last_grant.as_slice() {
+            return Vec::new();
+        }
+        self.last_grant = runs.to_vec();
         let mut granted: BTreeMap<SectionId, u64> = BTreeMap::new();
         for &(r, e) in runs {
             for s in r.begin().0..r.end().0 {
@@ -252,6 +263,7 @@ impl AllocTable {
     pub fn drop_section(&mut self, section: SectionId) {
         self.sections.remove(&section);
         self.wanting.remove(&section);
+        self.last_grant.clear(); // the next grant must be installed again in full
     }
 
     pub fn has_wanted(&self) -> bool {
