@@ -20,6 +20,8 @@ ensure_build_deps() {
   fi
   command -v c++ >/dev/null 2>&1 || missing+=(g++)
   command -v make >/dev/null 2>&1 || missing+=(make)
+  # The nemesis jumps AllocSvrs' wall clocks with libfaketime.
+  [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || missing+=(faketime)
   if [ ${#missing[@]} -gt 0 ]; then
     echo ">> installing build dependencies: ${missing[*]}"
     as_root apt-get update -qq
@@ -33,5 +35,19 @@ ensure_build_deps() {
 
 build_release_bins() {
   echo ">> cargo build --release --bins (target dir: $CARGO_TARGET_DIR; a cold build takes ~25 min)"
+  (cd "$SEQSVR_ROOT" && cargo build --release --workspace --bins)
+}
+
+# Builds the deliberately unsafe "teeth" variants of the servers into
+# $CARGO_TARGET_DIR/teeth/<name>/ (see crates/seqsvr-core/src/teeth.rs), then restores the normal
+# binaries. Only our own crates recompile; RocksDB is shared.
+build_teeth_bins() {
+  for teeth in "$@"; do
+    echo ">> building teeth variant: $teeth"
+    (cd "$SEQSVR_ROOT" && cargo build --release -p seqsvr-storesvr -p seqsvr-allocsvr \
+      --features "seqsvr-core/teeth-$teeth")
+    mkdir -p "$CARGO_TARGET_DIR/teeth/$teeth"
+    cp "$SEQSVR_BIN/storesvr" "$SEQSVR_BIN/allocsvr" "$CARGO_TARGET_DIR/teeth/$teeth/"
+  done
   (cd "$SEQSVR_ROOT" && cargo build --release --workspace --bins)
 }

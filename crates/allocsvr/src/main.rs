@@ -7,6 +7,14 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let args = Args::parse();
     init_tracing(&args.log_format);
+    let teeth_ok = std::env::var("SEQSVR_TEETH_BUILD_OK").is_ok_and(|v| v == "1");
+    if let Err(e) = seqsvr_core::teeth::check_allowed(teeth_ok) {
+        tracing::error!("{e}");
+        return ExitCode::from(2);
+    }
+    if !seqsvr_core::teeth::enabled().is_empty() {
+        tracing::error!(teeth = ?seqsvr_core::teeth::enabled(), "UNSAFE TEETH BUILD: it breaks the promise on purpose");
+    }
     let config = match AllocConfig::from_args(&args) {
         Ok(c) => c,
         Err(e) => {

@@ -10,6 +10,7 @@
 //! - [`config`]: the cluster config (`cluster.toml`): sets, their uid ranges and members, tunables.
 //! - [`store`]: the StoreSvr state machine: per-section `max_seq` (invariants I2, I4) and its
 //!   command and snapshot encodings.
+//! - [`teeth`]: test-only switches that break the promise on purpose (off by default).
 
 pub mod alloc;
 pub mod arbiter;
@@ -18,3 +19,4 @@ pub mod config;
 pub mod ids;
 pub mod section;
 pub mod store;
+pub mod teeth;

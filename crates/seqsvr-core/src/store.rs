@@ -331,7 +331,7 @@ impl StoreState {
                 let ok = owner.is_some_and(|o| {
                     o.alloc == alloc && o.lease_epoch == a.lease_epoch && o.settled
                 });
-                if !ok {
+                if !ok && !crate::teeth::NO_FENCING {
                     let owner = match owner {
                         Some(o) => format!(
                             "alloc {} at epoch {}{}",

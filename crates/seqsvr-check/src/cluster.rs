@@ -1,0 +1,530 @@
+//! The cluster harness shared by the cluster tests and the nemesis runner: starts real
+//! `storesvr` and `allocsvr` processes on 127.0.0.1, each with its own ports and data dir, kills,
+//! pauses and restarts them by PID, cuts links through proxies, jumps wall clocks, and waits on
+//! conditions (never on fixed sleeps). Every process a [`Cluster`] started is killed when it is
+//! dropped, even if a test panics; a failed run's data and logs are kept and their tails printed.
+//!
+//! Binaries are found in `SEQSVR_BIN_DIR`, else next to the running executable
+//! (`target/<profile>/`); `scripts/test.sh` builds them first.
+
+use crate::proxy::Proxy;
+use seqsvr_client::seq::SeqClient;
+use seqsvr_client::store::{member_status, StoreClient};
+use seqsvr_core::config::{AllocTuning, ClusterConfig, MemberConfig, SetConfig, StoreTuning};
+use seqsvr_core::ids::{NodeId, SectionId, SetId};
+use seqsvr_proto::v1 as pb;
+use std::collections::{BTreeMap, HashSet};
+use std::future::Future;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Upper bound for any wait in a test: a liveness bound, not a performance threshold.
+pub const WAIT_MAX: Duration = Duration::from_secs(60);
+
+/// `target/<profile>/<name>`: where cargo puts the workspace's binaries.
+pub fn binary(name: &str) -> PathBuf {
+    let dir = match std::env::var_os("SEQSVR_BIN_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => {
+            let exe = std::env::current_exe().expect("executable path");
+            let mut dir = exe.parent().expect("executable dir").to_path_buf();
+            if dir.file_name().is_some_and(|n| n == "deps") {
+                dir.pop(); // test executables live in target/<profile>/deps
+            }
+            dir
+        }
+    };
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the binaries first (scripts/test.sh does: cargo build --release --bins)",
+        path.display()
+    );
+    path
+}
+
+/// A free TCP port on 127.0.0.1, never handed out twice by this process.
+pub fn free_port() -> u16 {
+    static USED: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    loop {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let port = listener.local_addr().expect("local addr").port();
+        let mut used = USED.lock().unwrap_or_else(|e| e.into_inner());
+        if used.get_or_insert_with(HashSet::new).insert(port) {
+            return port;
+        }
+    }
+}
+
+/// Polls `check` every 50 ms until it yields `Some`, or panics after `WAIT_MAX` saying `what`.
+pub async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let until = Instant::now() + WAIT_MAX;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < until, "timed out after {WAIT_MAX:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    pub sets: u64,
+    pub members: usize,
+    pub allocs_per_set: usize,
+    pub section_size: u64,
+    /// Sections per set.
+    pub n_sections: u64,
+    pub tuning: StoreTuning,
+    pub alloc: AllocTuning,
+    /// Route every AllocSvr → store and store → store link through its own [`Proxy`], so the
+    /// nemesis can cut links one by one.
+    pub proxied: bool,
+    /// Start AllocSvrs under libfaketime (wall clock only; the monotonic clock stays real), so
+    /// the nemesis can jump their wall clocks.
+    pub faketime: bool,
+}
+
+/// Where Debian's `faketime` package puts the preload library.
+pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+impl Default for ClusterOptions {
+    fn default() -> ClusterOptions {
+        ClusterOptions {
+            sets: 1,
+            members: 3,
+            allocs_per_set: 0,
+            section_size: 100,
+            n_sections: 1000,
+            tuning: StoreTuning {
+                tick_ms: 50,
+                election_ticks: 10,
+                heartbeat_ticks: 2,
+                max_batch_sections: 64,
+                compact_log_entries: 10_000,
+                request_timeout_ms: 3_000,
+            },
+            // Short leases keep hand-over tests quick.
+            alloc: AllocTuning {
+                lease_ms: 1_500,
+                lease_margin_ms: 200,
+                heartbeat_ms: 300,
+                step: 1_000,
+                prefetch_ratio: 0.9,
+                max_batch_uids: 1_000,
+                request_timeout_ms: 3_000,
+            },
+            proxied: false,
+            faketime: false,
+        }
+    }
+}
+
+/// Which process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ProcKey {
+    Store(SetId, NodeId),
+    /// The `i`-th AllocSvr of a set (0-based).
+    Alloc(SetId, usize),
+}
+
+pub struct Proc {
+    pub key: ProcKey,
+    pub addr: String,
+    pub data_dir: PathBuf,
+    pub log: PathBuf,
+    /// The cluster config this process reads (its own when proxied: peers via proxies).
+    pub config_path: PathBuf,
+    /// The file libfaketime reads this process's wall-clock offset from.
+    pub faketime_file: PathBuf,
+    child: Option<Child>,
+}
+
+/// Sets of StoreSvr members and AllocSvrs on loopback.
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub config_path: PathBuf,
+    pub config: ClusterConfig,
+    pub procs: Vec<Proc>,
+    /// (from, to) → the proxy carrying that link, when proxied.
+    pub links: BTreeMap<(ProcKey, ProcKey), Proxy>,
+    faketime: bool,
+}
+
+impl Cluster {
+    /// Writes a cluster config with fresh ports and starts every process.
+    pub fn start(options: ClusterOptions) -> Cluster {
+        let dir = tempfile::Builder::new().prefix("seqsvr-test-").tempdir().expect("temp dir");
+        let mut sets = Vec::new();
+        let mut procs = Vec::new();
+        let span = options.section_size * options.n_sections;
+        for set in 0..options.sets {
+            let set_id = SetId(set);
+            let stores: Vec<MemberConfig> = (1..=options.members as u64)
+                .map(|id| MemberConfig {
+                    id: NodeId(id),
+                    addr: format!("127.0.0.1:{}", free_port()),
+                })
+                .collect();
+            let allocs: Vec<String> =
+                (0..options.allocs_per_set).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+            for m in &stores {
+                let name = format!("store-{set}-{}", m.id);
+                procs.push(Proc {
+                    key: ProcKey::Store(set_id, m.id),
+                    addr: m.addr.clone(),
+                    data_dir: dir.path().join(&name),
+                    log: dir.path().join(format!("{name}.log")),
+                    config_path: dir.path().join(format!("{name}.toml")),
+                    faketime_file: dir.path().join(format!("{name}.faketime")),
+                    child: None,
+                });
+            }
+            for (i, addr) in allocs.iter().enumerate() {
+                let name = format!("alloc-{set}-{i}");
+                procs.push(Proc {
+                    key: ProcKey::Alloc(set_id, i),
+                    addr: addr.clone(),
+                    data_dir: dir.path().join(&name),
+                    log: dir.path().join(format!("{name}.log")),
+                    config_path: dir.path().join(format!("{name}.toml")),
+                    faketime_file: dir.path().join(format!("{name}.faketime")),
+                    child: None,
+                });
+            }
+            sets.push(SetConfig {
+                id: set_id,
+                uid_begin: set * span,
+                uid_end: (set + 1) * span,
+                stores,
+                allocs,
+            });
+        }
+        let config = ClusterConfig {
+            section_size: options.section_size,
+            store: options.tuning.clone(),
+            alloc: options.alloc.clone(),
+            sets,
+        };
+        config.validate().expect("test cluster config is valid");
+        let config_path = dir.path().join("cluster.toml");
+        std::fs::write(&config_path, config.to_toml_string()).expect("write cluster.toml");
+        // Each process's own view: with proxies, its links to store members go through them.
+        let mut links = BTreeMap::new();
+        for p in &procs {
+            let (set_id, me) = match p.key {
+                ProcKey::Store(set, id) => (set, Some(id)),
+                ProcKey::Alloc(set, _) => (set, None),
+            };
+            let mut view = config.clone();
+            if options.proxied {
+                let set = view.sets.iter_mut().find(|s| s.id == set_id).expect("own set");
+                for m in set.stores.iter_mut().filter(|m| Some(m.id) != me) {
+                    let proxy = Proxy::start(free_port(), m.addr.clone()).expect("start proxy");
+                    m.addr = proxy.listen.to_string();
+                    links.insert((p.key, ProcKey::Store(set_id, m.id)), proxy);
+                }
+            }
+            std::fs::write(&p.config_path, view.to_toml_string()).expect("write process config");
+            std::fs::write(&p.faketime_file, "+0\n").expect("write faketime file");
+        }
+        let mut cluster =
+            Cluster { dir, config_path, config, procs, links, faketime: options.faketime };
+        let keys: Vec<ProcKey> = cluster.procs.iter().map(|p| p.key).collect();
+        for key in keys {
+            cluster.start_proc(key);
+        }
+        cluster
+    }
+
+    pub fn proc(&self, key: ProcKey) -> &Proc {
+        self.procs.iter().find(|p| p.key == key).expect("known process")
+    }
+
+    fn proc_mut(&mut self, key: ProcKey) -> &mut Proc {
+        self.procs.iter_mut().find(|p| p.key == key).expect("known process")
+    }
+
+    /// The command line that starts `key`.
+    pub fn command(&self, key: ProcKey) -> Command {
+        let p = self.proc(key);
+        let mut cmd = match key {
+            ProcKey::Store(set, id) => {
+                let mut c = Command::new(binary("storesvr"));
+                c.args(["--set-id", &set.0.to_string(), "--node-id", &id.0.to_string()])
+                    .arg("--data-dir")
+                    .arg(&p.data_dir);
+                c
+            }
+            ProcKey::Alloc(set, _) => {
+                let mut c = Command::new(binary("allocsvr"));
+                c.args(["--set-id", &set.0.to_string(), "--addr", &p.addr]);
+                c
+            }
+        };
+        cmd.arg("--config").arg(&p.config_path).env("RUST_LOG", "info").stdin(Stdio::null());
+        if std::env::var_os("SEQSVR_BIN_DIR").is_some() {
+            // Binaries picked on purpose (e.g. teeth builds for the checker's own tests).
+            cmd.env("SEQSVR_TEETH_BUILD_OK", "1");
+        }
+        if self.faketime && matches!(key, ProcKey::Alloc(..)) {
+            cmd.env("LD_PRELOAD", LIBFAKETIME)
+                .env("FAKETIME_TIMESTAMP_FILE", &p.faketime_file)
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+                .env("FAKETIME_NO_CACHE", "1");
+        }
+        cmd
+    }
+
+    /// Sets a faketime'd process's wall-clock offset (libfaketime syntax: "+2h", "-1d", "+0").
+    pub fn set_wall_clock_offset(&self, key: ProcKey, offset: &str) {
+        std::fs::write(&self.proc(key).faketime_file, format!("{offset}\n"))
+            .expect("write faketime file");
+    }
+
+    /// Cuts (or heals) every proxied link from or to `key`; with `only_stores`, links to and
+    /// from AllocSvrs are left alone.
+    pub fn cut_links_of(&self, key: ProcKey, cut: bool, only_stores: bool) {
+        for ((from, to), proxy) in &self.links {
+            let touches = *from == key || *to == key;
+            let alloc_link = matches!(from, ProcKey::Alloc(..)) || matches!(to, ProcKey::Alloc(..));
+            if touches && !(only_stores && alloc_link) {
+                proxy.set_cut(cut);
+            }
+        }
+    }
+
+    /// Heals every cut link.
+    pub fn heal_all_links(&self) {
+        for proxy in self.links.values() {
+            proxy.set_cut(false);
+        }
+    }
+
+    pub fn start_proc(&mut self, key: ProcKey) {
+        let mut cmd = self.command(key);
+        let p = self.proc(key);
+        assert!(p.child.is_none(), "{key:?} is already running");
+        let log =
+            std::fs::OpenOptions::new().create(true).append(true).open(&p.log).expect("open log");
+        let child = cmd
+            .stdout(log.try_clone().expect("dup log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn process");
+        self.proc_mut(key).child = Some(child);
+    }
+
+    /// `kill -9` by PID, then reap it.
+    pub fn kill9_proc(&mut self, key: ProcKey) {
+        if let Some(mut child) = self.proc_mut(key).child.take() {
+            // SAFETY: plain kill(2) on a PID this process spawned and has not reaped.
+            unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGSTOP (`true`) or SIGCONT (`false`) by PID.
+    pub fn pause(&self, key: ProcKey, stop: bool) {
+        let pid = self.proc(key).child.as_ref().expect("running").id() as i32;
+        let sig = if stop { libc::SIGSTOP } else { libc::SIGCONT };
+        // SAFETY: plain kill(2) on a PID this process spawned and has not reaped.
+        unsafe { libc::kill(pid, sig) };
+    }
+
+    pub fn is_running_proc(&self, key: ProcKey) -> bool {
+        self.proc(key).child.is_some()
+    }
+
+    pub fn log_of(&self, key: ProcKey) -> String {
+        std::fs::read_to_string(&self.proc(key).log).unwrap_or_default()
+    }
+
+    pub fn store_ids(&self, set: SetId) -> Vec<NodeId> {
+        self.config.set(set).expect("set").stores.iter().map(|m| m.id).collect()
+    }
+
+    pub async fn store_status(&self, set: SetId, id: NodeId) -> Option<pb::StoreStatusResponse> {
+        let addr = &self.proc(ProcKey::Store(set, id)).addr;
+        member_status(addr, Duration::from_secs(1)).await.ok()
+    }
+
+    /// Waits until every running member of `set` answers and they agree on one leader.
+    pub async fn wait_set_leader(&self, set: SetId) -> NodeId {
+        let running: Vec<NodeId> = self
+            .store_ids(set)
+            .into_iter()
+            .filter(|&id| self.is_running_proc(ProcKey::Store(set, id)))
+            .collect();
+        wait_for(&format!("a leader all running members of set {set} agree on"), || async {
+            let mut leaders = HashSet::new();
+            let mut leader_roles = 0;
+            for &id in &running {
+                let s = self.store_status(set, id).await?;
+                leaders.insert(s.leader_id);
+                if s.role == "leader" {
+                    leader_roles += 1;
+                }
+            }
+            let leader = *leaders.iter().next()?;
+            (leaders.len() == 1 && leader != 0 && leader_roles == 1).then_some(NodeId(leader))
+        })
+        .await
+    }
+
+    pub fn store_client_of(&self, set: SetId) -> StoreClient {
+        let members: Vec<(NodeId, String)> = self
+            .config
+            .set(set)
+            .expect("set")
+            .stores
+            .iter()
+            .map(|m| (m.id, m.addr.clone()))
+            .collect();
+        StoreClient::new(&members).expect("store client")
+    }
+
+    /// A client SDK seeded with the first AllocSvr of each set.
+    pub async fn seq_client(&self) -> SeqClient {
+        let seeds: Vec<String> =
+            self.config.sets.iter().flat_map(|s| s.allocs.first().cloned()).collect();
+        SeqClient::connect(&seeds, WAIT_MAX).await.expect("seq client connects")
+    }
+
+    /// Waits until every section of every set is assigned, settled and answering `current`.
+    pub async fn wait_serving(&self, client: &SeqClient) {
+        for set in &self.config.sets {
+            let store = self.store_client_of(set.id);
+            let sections = set.sections(self.config.section_size);
+            wait_for(&format!("set {} to assign and settle all sections", set.id), || async {
+                let leases = store
+                    .admin(Duration::from_secs(2), |mut c, _| async move {
+                        c.leases(pb::LeasesRequest {}).await
+                    })
+                    .await
+                    .ok()?;
+                let covered: u64 = leases
+                    .runs
+                    .iter()
+                    .filter(|r| r.settled)
+                    .map(|r| r.section_end - r.section_begin)
+                    .sum();
+                (covered == sections.len()).then_some(())
+            })
+            .await;
+            for uid in [set.uid_begin, set.uid_end - 1] {
+                client.current(uid, WAIT_MAX).await.expect("current once serving");
+            }
+        }
+    }
+
+    // ---- set 0 shorthands, for the store-only tests ----
+
+    pub fn ids(&self) -> Vec<NodeId> {
+        self.store_ids(SetId(0))
+    }
+
+    pub fn member(&self, id: NodeId) -> &Proc {
+        self.proc(ProcKey::Store(SetId(0), id))
+    }
+
+    pub fn member_command(&self, id: NodeId) -> Command {
+        self.command(ProcKey::Store(SetId(0), id))
+    }
+
+    pub fn start_member(&mut self, id: NodeId) {
+        self.start_proc(ProcKey::Store(SetId(0), id));
+    }
+
+    pub fn kill9(&mut self, id: NodeId) {
+        self.kill9_proc(ProcKey::Store(SetId(0), id));
+    }
+
+    pub fn is_running(&self, id: NodeId) -> bool {
+        self.is_running_proc(ProcKey::Store(SetId(0), id))
+    }
+
+    pub fn log_text(&self, id: NodeId) -> String {
+        self.log_of(ProcKey::Store(SetId(0), id))
+    }
+
+    pub async fn status(&self, id: NodeId) -> Option<pb::StoreStatusResponse> {
+        self.store_status(SetId(0), id).await
+    }
+
+    pub async fn wait_leader(&self) -> NodeId {
+        self.wait_set_leader(SetId(0)).await
+    }
+
+    /// Waits until every running member of set 0 has applied at least `index`.
+    pub async fn wait_applied(&self, index: u64) {
+        let running: Vec<NodeId> =
+            self.ids().into_iter().filter(|&id| self.is_running(id)).collect();
+        wait_for(&format!("every running member to apply index {index}"), || async {
+            for &id in &running {
+                if self.status(id).await?.applied_index < index {
+                    return None;
+                }
+            }
+            Some(())
+        })
+        .await
+    }
+
+    pub fn store_client(&self) -> StoreClient {
+        self.store_client_of(SetId(0))
+    }
+
+    /// Member `id`'s own applied values of `sections` (serializable read).
+    pub async fn local_values(
+        &self,
+        id: NodeId,
+        sections: &[SectionId],
+    ) -> BTreeMap<SectionId, u64> {
+        let channel = seqsvr_client::store::channel(&self.member(id).addr).expect("channel");
+        let mut client = pb::store_admin_client::StoreAdminClient::new(channel);
+        let reply = client
+            .local_max_seq(pb::GetMaxSeqRequest {
+                sections: sections.iter().map(|s| s.0).collect(),
+            })
+            .await
+            .expect("local read")
+            .into_inner();
+        reply.sections.iter().map(|s| (SectionId(s.section), s.max_seq)).collect()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let keys: Vec<ProcKey> = self.procs.iter().map(|p| p.key).collect();
+        for key in keys {
+            if let Some(child) = self.proc(key).child.as_ref() {
+                // A paused process must be resumed to die promptly and be reaped.
+                // SAFETY: kill(2) on our own unreaped child.
+                unsafe { libc::kill(child.id() as i32, libc::SIGCONT) };
+            }
+            self.kill9_proc(key);
+        }
+        if std::thread::panicking() {
+            // Keep data and logs of a failed test for inspection.
+            self.dir.disable_cleanup(true);
+            eprintln!("---- test cluster kept at {}", self.dir.path().display());
+            for p in &self.procs {
+                let log = std::fs::read_to_string(&p.log).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(30).collect();
+                eprintln!("---- last lines of {:?} ({}):", p.key, p.log.display());
+                for line in tail.iter().rev() {
+                    eprintln!("{line}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,14 @@
+//! Proving the promise (invariant I1 of `DESIGN.md`) from the outside.
+//!
+//! # Layout
+//! - [`history`]: operations with invoke/complete times and outcomes, JSON lines, and the
+//!   checker (distinct values, real-time order per uid).
+//! - [`cluster`]: the process harness (start, kill -9, SIGSTOP, restart, wait) shared with the
+//!   cluster tests.
+//! - [`proxy`]: fault-injecting TCP proxies for cutting single links.
+//! - [`nemesis`]: seeded fault schedules and the runner behind `seqcheck nemesis`.
+
+pub mod cluster;
+pub mod history;
+pub mod nemesis;
+pub mod proxy;
