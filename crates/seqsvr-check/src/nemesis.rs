@@ -35,9 +35,14 @@ pub enum FaultKind {
     IsolateStoreLeader,
     /// Jump an AllocSvr's wall clock forward, then backward, then back.
     ClockJump,
+    /// Play a deposed AllocSvr that missed the end of its lease (a lease bug, an extreme clock
+    /// error): move a section away from its owner, then, as the old owner with its old lease
+    /// epoch, try to extend the section's range and serve from it. Fencing must refuse the
+    /// advance; if it does not, the value served collides with the new owner's.
+    ZombieAdvance,
 }
 
-pub const ALL_FAULTS: [FaultKind; 7] = [
+pub const ALL_FAULTS: [FaultKind; 8] = [
     FaultKind::KillAlloc,
     FaultKind::KillStoreLeader,
     FaultKind::KillStoreMajority,
@@ -45,6 +50,7 @@ pub const ALL_FAULTS: [FaultKind; 7] = [
     FaultKind::PartitionAlloc,
     FaultKind::IsolateStoreLeader,
     FaultKind::ClockJump,
+    FaultKind::ZombieAdvance,
 ];
 
 impl FaultKind {
@@ -61,6 +67,7 @@ impl FaultKind {
             FaultKind::PartitionAlloc => "partition-alloc",
             FaultKind::IsolateStoreLeader => "isolate-store-leader",
             FaultKind::ClockJump => "clock-jump",
+            FaultKind::ZombieAdvance => "zombie-advance",
         }
     }
 }
@@ -263,7 +270,8 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Summary> {
         }
         let started = t0.elapsed().as_secs_f64();
         eprint!("[{started:7.1}s] {:<22} set {} ", fault.kind.name(), fault.set);
-        if let Err(e) = inject(&mut cluster, &fault).await {
+        let ctx = Ctx { client: &client, ops: &load.ops, t0 };
+        if let Err(e) = inject(&mut cluster, &fault, &ctx).await {
             run_error = Some(e);
             break;
         }
@@ -317,7 +325,14 @@ fn seeds(cluster: &Cluster) -> Vec<String> {
     cluster.config.sets.iter().flat_map(|s| s.allocs.first().cloned()).collect()
 }
 
-async fn inject(cluster: &mut Cluster, fault: &Fault) -> anyhow::Result<()> {
+/// What a fault may need from the run: a client, and the history to add its own calls to.
+struct Ctx<'a> {
+    client: &'a SeqClient,
+    ops: &'a Mutex<Vec<Operation>>,
+    t0: Instant,
+}
+
+async fn inject(cluster: &mut Cluster, fault: &Fault, ctx: &Ctx<'_>) -> anyhow::Result<()> {
     let set = SetId(fault.set);
     let alloc = ProcKey::Alloc(set, fault.alloc);
     let lease =
@@ -385,6 +400,78 @@ async fn inject(cluster: &mut Cluster, fault: &Fault) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(1000)).await;
             cluster.set_wall_clock_offset(alloc, "+0");
         }
+        FaultKind::ZombieAdvance => zombie_advance(cluster, set, ctx).await?,
+    }
+    Ok(())
+}
+
+async fn zombie_advance(cluster: &Cluster, set: SetId, ctx: &Ctx<'_>) -> anyhow::Result<()> {
+    use seqsvr_core::ids::{AllocId, SectionId};
+    use seqsvr_core::store::SectionAdvance;
+    use seqsvr_proto::v1 as pb;
+    let config = cluster.config.set(set).ok_or_else(|| anyhow::anyhow!("no set {set}"))?;
+    let uid = config.uid_begin; // in every client pool
+    let section = SectionId(uid / cluster.config.section_size);
+    let store = cluster.store_client_of(set);
+    let leases = store
+        .admin(WAIT_MAX, |mut c, _| async move { c.leases(pb::LeasesRequest {}).await })
+        .await?;
+    let Some(run) =
+        leases.runs.iter().find(|r| r.section_begin <= section.0 && section.0 < r.section_end)
+    else {
+        eprint!("(section {section} unassigned: skipped) ");
+        return Ok(());
+    };
+    let (zombie, zombie_epoch) = (run.alloc_id, run.lease_epoch);
+    let Some(heir) = leases
+        .allocs
+        .iter()
+        .find(|a| a.alloc_id != zombie && !a.expired && !a.replaced && !a.draining)
+    else {
+        eprint!("(no second AllocSvr: skipped) ");
+        return Ok(());
+    };
+    eprint!("(section {section}: alloc {zombie} → {}) ", heir.alloc_id);
+    let request = pb::MoveSectionsRequest {
+        section_begin: section.0,
+        section_end: section.0 + 1,
+        to_alloc_id: heir.alloc_id,
+    };
+    store.admin(WAIT_MAX, |mut c, _| async move { c.move_sections(request).await }).await?;
+    // Until the heir serves the section.
+    ctx.client.current(uid, WAIT_MAX).await?;
+    let committed = store.get(&[section], WAIT_MAX).await?[0].1;
+    // The zombie extends its range with its old epoch and, if that commits, serves from it.
+    let invoke_ns = ctx.t0.elapsed().as_nanos() as u64;
+    let advance =
+        [SectionAdvance { section, max_seq: committed + 1000, lease_epoch: zombie_epoch }];
+    match store.advance_as(Some(AllocId(zombie)), &advance, WAIT_MAX).await {
+        Ok(_) => {
+            eprint!("(stale advance ACCEPTED) ");
+            let mut ops = ctx.ops.lock().unwrap_or_else(|e| e.into_inner());
+            ops.push(Operation {
+                client: u32::MAX,
+                set: set.0,
+                uids: vec![uid],
+                invoke_ns,
+                complete_ns: ctx.t0.elapsed().as_nanos() as u64,
+                outcome: Outcome::Ok { values: vec![committed + 1] },
+            });
+        }
+        Err(status) if status.code() == Code::FailedPrecondition => eprint!("(fenced) "),
+        Err(status) => eprint!("(stale advance: {:?}) ", status.code()),
+    }
+    // The heir serves the uid once more: after a zombie value, this must not go backwards.
+    let invoke_ns = ctx.t0.elapsed().as_nanos() as u64;
+    if let Ok(v) = ctx.client.next(uid, WAIT_MAX).await {
+        ctx.ops.lock().unwrap_or_else(|e| e.into_inner()).push(Operation {
+            client: u32::MAX - 1,
+            set: set.0,
+            uids: vec![uid],
+            invoke_ns,
+            complete_ns: ctx.t0.elapsed().as_nanos() as u64,
+            outcome: Outcome::Ok { values: vec![v] },
+        });
     }
     Ok(())
 }

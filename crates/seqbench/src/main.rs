@@ -1,0 +1,353 @@
+//! `seqbench`: one workload, many targets, side by side.
+//!
+//! Every target gets the same client concurrency, the same uid distribution (uniform or Zipf
+//! over N uids) and the same duration; latencies go into an HdrHistogram. Results are JSON (one
+//! file per run) and `seqbench report` turns a directory of them into a markdown table of
+//! medians and ratios. `scripts/bench.sh` starts the peers and alternates the targets.
+//!
+//! Targets:
+//! - `floor`: an in-process gRPC server with seqsvr's request/response shape that only bumps an
+//!   in-memory counter: the cost of the RPC stack alone.
+//! - `seqsvr`, `seqsvr-batch`: a running cluster through the client SDK (one uid per call, or
+//!   `--batch` uids per call).
+//! - `redis`: `INCR seq:{uid}` on one connection per client.
+//! - `postgres`: `UPDATE counters SET seq = seq + 1 WHERE uid = $1 RETURNING seq`.
+//! - `etcd`: a per-uid counter via a compare-and-swap `Txn` on the key's mod_revision.
+
+mod floor;
+mod target;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use hdrhistogram::Histogram;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rand_distr::{Distribution, Zipf};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use target::{Target, TargetKind};
+
+#[derive(Parser)]
+#[command(name = "seqbench", version, about = "Benchmark sequence allocators side by side")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Debug, clap::Args)]
+struct Workload {
+    /// floor | seqsvr | seqsvr-batch | redis | postgres | etcd
+    #[arg(long)]
+    target: TargetKind,
+    /// A label for the report (e.g. "redis everysec").
+    #[arg(long)]
+    label: Option<String>,
+    /// seqsvr: the cluster config (seeds = the AllocSvrs it lists).
+    #[arg(long, default_value = "data/local/cluster.toml")]
+    config: PathBuf,
+    /// redis: redis://127.0.0.1:6390/ ; postgres: a connection string.
+    #[arg(long, default_value = "")]
+    url: String,
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Uids drawn from [0, uids).
+    #[arg(long, default_value_t = 100_000)]
+    uids: u64,
+    /// uniform | zipf
+    #[arg(long, default_value = "uniform")]
+    dist: String,
+    /// Uids per call (seqsvr-batch).
+    #[arg(long, default_value_t = 1000)]
+    batch: usize,
+    /// Where the result JSON goes.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Also write the highest value each uid got (for the crash check).
+    #[arg(long)]
+    last_values: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one workload against one target.
+    Run(Workload),
+    /// After a crash and restart of the target: one `next` per uid in `--last-values`; counts
+    /// uids whose new value is not above the last one handed out before the crash.
+    CrashCheck {
+        #[command(flatten)]
+        workload: Workload,
+    },
+    /// Prepare a PostgreSQL database: the counters table with `--uids` rows.
+    PgSetup {
+        #[arg(long)]
+        url: String,
+        #[arg(long, default_value_t = 100_000)]
+        uids: u64,
+    },
+    /// Summarize result JSONs (medians over runs, ratios) as markdown.
+    Report {
+        results: Vec<PathBuf>,
+        /// The label every ratio is computed against (seqsvr / X).
+        #[arg(long, default_value = "seqsvr")]
+        against: String,
+    },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct RunResult {
+    label: String,
+    target: String,
+    concurrency: usize,
+    seconds: f64,
+    dist: String,
+    calls: u64,
+    values: u64,
+    errors: u64,
+    calls_per_s: f64,
+    values_per_s: f64,
+    p50_us: u64,
+    p99_us: u64,
+    p999_us: u64,
+    max_us: u64,
+    /// Latency percentiles for a plot: (percentile, microseconds).
+    curve: Vec<(f64, u64)>,
+}
+
+fn uid_source(w: &Workload, seed: u64) -> anyhow::Result<impl FnMut() -> u64> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let zipf = match w.dist.as_str() {
+        "uniform" => None,
+        "zipf" => Some(Zipf::new(w.uids as f64, 1.0).map_err(|e| anyhow::anyhow!("zipf: {e}"))?),
+        other => anyhow::bail!("unknown --dist {other:?}: uniform or zipf"),
+    };
+    let n = w.uids;
+    Ok(move || match &zipf {
+        Some(z) => (z.sample(&mut rng) as u64).saturating_sub(1) % n,
+        None => rng.random_range(0..n),
+    })
+}
+
+async fn run(w: Workload) -> anyhow::Result<()> {
+    let target = Arc::new(Target::connect(&w).await?);
+    let batch = if w.target == TargetKind::SeqsvrBatch { w.batch } else { 1 };
+    let deadline = Instant::now() + Duration::from_secs(w.seconds);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..w.concurrency {
+        let target = target.clone();
+        let mut next_uid = uid_source(&w, c as u64 + 1)?;
+        let mut handle = target.handle(c).await?;
+        tasks.push(tokio::spawn(async move {
+            let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
+            let (mut calls, mut values, mut errors) = (0u64, 0u64, 0u64);
+            let mut last: BTreeMap<u64, u64> = BTreeMap::new();
+            while Instant::now() < deadline {
+                let uids: Vec<u64> = (0..batch).map(|_| next_uid()).collect();
+                let t = Instant::now();
+                match handle.next(&uids).await {
+                    Ok(got) => {
+                        let us = t.elapsed().as_micros() as u64;
+                        let _ = hist.record(us.max(1));
+                        calls += 1;
+                        values += got.len() as u64;
+                        for (u, v) in uids.iter().zip(got) {
+                            let e = last.entry(*u).or_insert(0);
+                            *e = (*e).max(v);
+                        }
+                    }
+                    Err(_) => errors += 1,
+                }
+            }
+            (hist, calls, values, errors, last)
+        }));
+    }
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let (mut calls, mut values, mut errors) = (0, 0, 0);
+    let mut last: BTreeMap<u64, u64> = BTreeMap::new();
+    for t in tasks {
+        let (h, c, v, e, l) = t.await?;
+        hist.add(&h)?;
+        calls += c;
+        values += v;
+        errors += e;
+        for (u, x) in l {
+            let e = last.entry(u).or_insert(0);
+            *e = (*e).max(x);
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let curve = [50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99]
+        .iter()
+        .map(|&p| (p, hist.value_at_quantile(p / 100.0)))
+        .collect();
+    let result = RunResult {
+        label: w.label.clone().unwrap_or_else(|| w.target.name().to_string()),
+        target: w.target.name().to_string(),
+        concurrency: w.concurrency,
+        seconds,
+        dist: w.dist.clone(),
+        calls,
+        values,
+        errors,
+        calls_per_s: calls as f64 / seconds,
+        values_per_s: values as f64 / seconds,
+        p50_us: hist.value_at_quantile(0.5),
+        p99_us: hist.value_at_quantile(0.99),
+        p999_us: hist.value_at_quantile(0.999),
+        max_us: hist.max(),
+        curve,
+    };
+    println!(
+        "{:<22} {:>10.0} calls/s {:>12.0} values/s  p50 {:>6} us  p99 {:>6} us  p99.9 {:>6} us  errors {}",
+        result.label, result.calls_per_s, result.values_per_s, result.p50_us, result.p99_us, result.p999_us, errors
+    );
+    if let Some(out) = &w.out {
+        std::fs::write(out, serde_json::to_vec_pretty(&result)?)
+            .with_context(|| format!("writing {}", out.display()))?;
+    }
+    if let Some(path) = &w.last_values {
+        std::fs::write(path, serde_json::to_vec(&last)?)?;
+    }
+    Ok(())
+}
+
+async fn crash_check(w: Workload) -> anyhow::Result<()> {
+    let path = w.last_values.clone().context("--last-values is required")?;
+    let last: BTreeMap<u64, u64> = serde_json::from_slice(&std::fs::read(&path)?)?;
+    let target = Target::connect(&w).await?;
+    let mut handle = target.handle(0).await?;
+    let mut regressed = 0u64;
+    let mut checked = 0u64;
+    for (&uid, &before) in &last {
+        // The restarted peer may need a moment: retry a failing call a few times.
+        let mut value = None;
+        for _ in 0..50 {
+            match handle.next(&[uid]).await {
+                Ok(v) => {
+                    value = Some(v[0]);
+                    break;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+        let v = value.with_context(|| format!("uid {uid}: no answer after the restart"))?;
+        checked += 1;
+        if v <= before {
+            regressed += 1;
+        }
+    }
+    println!(
+        "{{\"label\": {:?}, \"uids_checked\": {checked}, \"regressed_uids\": {regressed}}}",
+        w.label.clone().unwrap_or_else(|| w.target.name().to_string())
+    );
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Run(w) => run(w).await,
+        Command::CrashCheck { workload } => crash_check(workload).await,
+        Command::PgSetup { url, uids } => target::pg_setup(&url, uids).await,
+        Command::Report { results, against } => report(&results, &against),
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return 0.0;
+    }
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+fn report(paths: &[PathBuf], against: &str) -> anyhow::Result<()> {
+    let mut by_label: BTreeMap<String, Vec<RunResult>> = BTreeMap::new();
+    for p in paths {
+        let r: RunResult = serde_json::from_slice(&std::fs::read(p)?)
+            .with_context(|| format!("{}", p.display()))?;
+        by_label.entry(r.label.clone()).or_default().push(r);
+    }
+    let med = |runs: &[RunResult], f: fn(&RunResult) -> f64| median(runs.iter().map(f).collect());
+    let base = by_label.get(against).map(|r| med(r, |x| x.values_per_s));
+    println!("| target | runs | values/s (median) | {against} ÷ target | p50 µs | p99 µs | p99.9 µs | errors |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (label, runs) in &by_label {
+        let vps = med(runs, |x| x.values_per_s);
+        let ratio =
+            base.map(|b| format!("{:.2}×", b / vps.max(1e-9))).unwrap_or_else(|| "-".into());
+        println!(
+            "| {label} | {} | {:.0} | {ratio} | {:.0} | {:.0} | {:.0} | {} |",
+            runs.len(),
+            vps,
+            med(runs, |x| x.p50_us as f64),
+            med(runs, |x| x.p99_us as f64),
+            med(runs, |x| x.p999_us as f64),
+            runs.iter().map(|r| r.errors).sum::<u64>()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workload(dist: &str) -> Workload {
+        Workload {
+            target: TargetKind::Floor,
+            label: None,
+            config: PathBuf::new(),
+            url: String::new(),
+            concurrency: 1,
+            seconds: 1,
+            uids: 1000,
+            dist: dist.into(),
+            batch: 1,
+            out: None,
+            last_values: None,
+        }
+    }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(vec![]), 0.0);
+    }
+
+    #[test]
+    fn uid_distributions_stay_in_range_and_zipf_is_skewed() {
+        let mut uniform = uid_source(&workload("uniform"), 1).unwrap();
+        let mut zipf = uid_source(&workload("zipf"), 1).unwrap();
+        let (mut hot_u, mut hot_z) = (0, 0);
+        for _ in 0..10_000 {
+            let (u, z) = (uniform(), zipf());
+            assert!(u < 1000 && z < 1000);
+            hot_u += (u < 10) as u32;
+            hot_z += (z < 10) as u32;
+        }
+        assert!(hot_z > 3 * hot_u, "zipf favours low uids: {hot_z} vs {hot_u}");
+        assert!(uid_source(&workload("pareto"), 1).is_err());
+    }
+
+    #[tokio::test]
+    async fn floor_counts_per_uid() {
+        let w = workload("uniform");
+        let target = Target::connect(&w).await.unwrap();
+        let mut h = target.handle(0).await.unwrap();
+        assert_eq!(h.next(&[7]).await.unwrap(), vec![1]);
+        assert_eq!(h.next(&[7]).await.unwrap(), vec![2]);
+        assert_eq!(h.next(&[8]).await.unwrap(), vec![1]);
+    }
+}

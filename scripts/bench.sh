@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Benchmarks seqsvr side by side with what users would pick instead, in one run on this machine:
+#   scripts/bench.sh [--runs 3] [--seconds 10] [--concurrency 64] [--dist uniform|zipf]
+# Starts Redis (AOF everysec and always) and PostgreSQL from Debian's packages on loopback ports
+# with their own data dirs, the local seqsvr cluster, and seqbench's in-process RPC floor; runs
+# every target --runs times, alternating; then kill -9s each peer and counts uids whose next
+# value went backwards. Writes docs/benchmarks/results.md (+ latency.png when matplotlib is
+# available). Machines here are shared and noisy: read the ratios and medians, not one number.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+cd "$SEQSVR_ROOT"
+runs=3 seconds=10 concurrency=64 dist=uniform uids=100000
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runs) runs=$2; shift 2 ;;
+    --seconds) seconds=$2; shift 2 ;;
+    --concurrency) concurrency=$2; shift 2 ;;
+    --dist) dist=$2; shift 2 ;;
+    *) echo "usage: $0 [--runs N] [--seconds S] [--concurrency C] [--dist uniform|zipf]" >&2; exit 2 ;;
+  esac
+done
+
+ensure_build_deps
+need=()
+command -v redis-server >/dev/null || need+=(redis-server)
+command -v etcd >/dev/null || need+=(etcd-server)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+if [ ${#need[@]} -gt 0 ]; then
+  echo ">> installing ${need[*]}"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+build_release_bins
+bench="$SEQSVR_BIN/seqbench"
+work=$(mktemp -d -t seqsvr-bench-XXXXXX)
+chmod 755 "$work"
+results="$work/results"
+mkdir -p "$results"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  [ -n "${pg_bin:-}" ] && as_postgres "$pg_bin/pg_ctl" -D "$work/pg" -m immediate stop >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+# --- Redis: one instance per fsync policy.
+start_redis() { # name port fsync
+  mkdir -p "$work/$1"
+  redis-server --port "$2" --bind 127.0.0.1 --dir "$work/$1" --appendonly yes \
+    --appendfsync "$3" --save "" --daemonize no >"$work/$1.log" 2>&1 &
+  echo $! >"$work/$1.pid"
+  pids+=("$!")
+  for _ in $(seq 1 100); do redis-cli -p "$2" ping >/dev/null 2>&1 && return 0; sleep 0.1; done
+  echo "redis $1 did not start" >&2; exit 1
+}
+start_redis redis-everysec 6390 everysec
+start_redis redis-always 6391 always
+
+# --- etcd: a 3-member cluster (a Raft KV, like seqsvr's store).
+etcd_peers="e1=http://127.0.0.1:2481,e2=http://127.0.0.1:2482,e3=http://127.0.0.1:2483"
+start_etcd() { # n
+  etcd --name "e$1" --data-dir "$work/etcd-$1" \
+    --listen-client-urls "http://127.0.0.1:247$1" --advertise-client-urls "http://127.0.0.1:247$1" \
+    --listen-peer-urls "http://127.0.0.1:248$1" --initial-advertise-peer-urls "http://127.0.0.1:248$1" \
+    --initial-cluster "$etcd_peers" --initial-cluster-state new --initial-cluster-token seqbench \
+    >"$work/etcd-$1.log" 2>&1 &
+  echo $! >"$work/etcd-$1.pid"
+  pids+=("$!")
+}
+for n in 1 2 3; do start_etcd $n; done
+etcd_url="127.0.0.1:2471,127.0.0.1:2472,127.0.0.1:2473"
+for _ in $(seq 1 100); do
+  ETCDCTL_API=3 etcdctl --endpoints=127.0.0.1:2471 endpoint health >/dev/null 2>&1 && break
+  sleep 0.2
+done
+
+# --- PostgreSQL: refuses to run as root, so as its own user.
+pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+as_postgres() { if [ "$(id -u)" -eq 0 ]; then su postgres -s /bin/sh -c "$(printf '%q ' "$@")"; else "$@"; fi; }
+mkdir -p "$work/pg" && chown postgres "$work/pg" 2>/dev/null || true
+as_postgres "$pg_bin/initdb" -D "$work/pg" --auth=trust -U postgres >/dev/null
+start_pg() {
+  as_postgres "$pg_bin/pg_ctl" -D "$work/pg" -l "$work/pg.log" -w \
+    -o "-p 5440 -k /tmp -c listen_addresses=127.0.0.1 -c synchronous_commit=on -c max_connections=300" start >/dev/null
+}
+start_pg
+pg_url="host=127.0.0.1 port=5440 user=postgres dbname=postgres"
+"$bench" pg-setup --url "$pg_url" --uids "$uids"
+
+# --- seqsvr: the local cluster.
+scripts/dev-cluster.sh up >/dev/null
+cfg=data/local/cluster.toml
+
+common=(--concurrency "$concurrency" --seconds "$seconds" --uids "$uids" --dist "$dist")
+for r in $(seq 1 "$runs"); do
+  echo ">> round $r of $runs"
+  "$bench" run --target floor "${common[@]}" --out "$results/floor-$r.json"
+  "$bench" run --target seqsvr --config "$cfg" "${common[@]}" --out "$results/seqsvr-$r.json" \
+    --last-values "$work/last-seqsvr.json"
+  "$bench" run --target seqsvr-batch --label "seqsvr batch 1000" --config "$cfg" --batch 1000 \
+    "${common[@]}" --out "$results/seqsvr-batch-$r.json"
+  "$bench" run --target redis --label "redis everysec" --url redis://127.0.0.1:6390/ "${common[@]}" \
+    --out "$results/redis-everysec-$r.json" --last-values "$work/last-redis-everysec.json"
+  "$bench" run --target redis --label "redis always" --url redis://127.0.0.1:6391/ "${common[@]}" \
+    --out "$results/redis-always-$r.json" --last-values "$work/last-redis-always.json"
+  "$bench" run --target postgres --url "$pg_url" "${common[@]}" --out "$results/postgres-$r.json" \
+    --last-values "$work/last-postgres.json"
+  "$bench" run --target etcd --url "$etcd_url" "${common[@]}" --out "$results/etcd-$r.json"
+done
+
+# --- Crash check: kill -9 each peer right after its last run, restart, count regressions.
+crash=()
+echo ">> crash check"
+for name in redis-everysec redis-always; do
+  port=$([ $name = redis-everysec ] && echo 6390 || echo 6391)
+  fsync=$([ $name = redis-everysec ] && echo everysec || echo always)
+  "$bench" run --target redis --label "$name" --url "redis://127.0.0.1:$port/" --concurrency "$concurrency" \
+    --seconds 3 --uids 1000 --last-values "$work/last-$name.json" >/dev/null
+  kill -9 "$(cat "$work/$name.pid")"
+  sleep 0.5
+  start_redis "$name" "$port" "$fsync"
+  crash+=("$("$bench" crash-check --target redis --label "$name" --url "redis://127.0.0.1:$port/" --last-values "$work/last-$name.json")")
+done
+"$bench" run --target postgres --url "$pg_url" --concurrency "$concurrency" --seconds 3 --uids 1000 \
+  --last-values "$work/last-postgres.json" >/dev/null
+pkill -9 -f "$pg_bin/postgres -D $work/pg" || true
+sleep 1
+rm -f "$work/pg/postmaster.pid"
+start_pg
+crash+=("$("$bench" crash-check --target postgres --url "$pg_url" --last-values "$work/last-postgres.json")")
+"$bench" run --target etcd --url "$etcd_url" --concurrency "$concurrency" --seconds 3 --uids 1000 \
+  --last-values "$work/last-etcd.json" >/dev/null
+for n in 1 2 3; do kill -9 "$(cat "$work/etcd-$n.pid")"; done
+sleep 0.5
+for n in 1 2 3; do start_etcd $n; done  # existing data dirs: the initial-cluster flags are ignored
+crash+=("$("$bench" crash-check --target etcd --url "$etcd_url" --last-values "$work/last-etcd.json")")
+"$bench" run --target seqsvr --config "$cfg" --concurrency "$concurrency" --seconds 3 --uids 1000 \
+  --last-values "$work/last-seqsvr.json" >/dev/null
+for f in data/local/pids/*.pid; do kill -9 "$(cat "$f")" 2>/dev/null || true; done
+scripts/dev-cluster.sh up >/dev/null
+crash+=("$("$bench" crash-check --target seqsvr --config "$cfg" --last-values "$work/last-seqsvr.json")")
+
+mkdir -p docs/benchmarks
+{
+  echo "# Benchmarks"
+  echo
+  echo "Produced by \`scripts/bench.sh --runs $runs --seconds $seconds --concurrency $concurrency --dist $dist\`"
+  echo "on $(nproc) cores, $(date -u +%Y-%m-%d). One uid per call unless the label says batch; $uids uids."
+  echo "Medians over $runs alternating runs. Shared, noisy machine: compare the ratios, not the numbers."
+  echo
+  "$bench" report "$results"/*.json --against seqsvr
+  echo
+  echo "## Crash check (kill -9 the peer right after a load, restart, one next per uid)"
+  echo
+  echo "| target | uids checked | uids whose next value went backwards |"
+  echo "|---|---|---|"
+  for line in "${crash[@]}"; do
+    python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("| %s | %d | %d |" % (d["label"], d["uids_checked"], d["regressed_uids"]))' "$line"
+  done
+} | tee docs/benchmarks/results.md
+if python3 -c 'import matplotlib' 2>/dev/null || pip install -q matplotlib >/dev/null 2>&1; then
+  python3 scripts/plot_bench.py "$results" docs/benchmarks/latency.png && echo ">> docs/benchmarks/latency.png"
+fi
+cp -r "$results" docs/benchmarks/raw
