@@ -70,7 +70,7 @@ start_etcd() { # n
 for n in 1 2 3; do start_etcd $n; done
 etcd_url="127.0.0.1:2471,127.0.0.1:2472,127.0.0.1:2473"
 for _ in $(seq 1 100); do
-  ETCDCTL_API=3 etcdctl --endpoints=127.0.0.1:2471 endpoint health >/dev/null 2>&1 && break
+  curl -fs http://127.0.0.1:2471/health 2>/dev/null | grep -q true && break
   sleep 0.2
 done
 

@@ -438,8 +438,27 @@ async fn zombie_advance(cluster: &Cluster, set: SetId, ctx: &Ctx<'_>) -> anyhow:
         to_alloc_id: heir.alloc_id,
     };
     store.admin(WAIT_MAX, |mut c, _| async move { c.move_sections(request).await }).await?;
-    // Until the heir serves the section.
-    ctx.client.current(uid, WAIT_MAX).await?;
+    // Until the heir owns the section for good (the fence passed) and serves it.
+    let heir_id = heir.alloc_id;
+    wait_for("the heir to own the moved section", || async {
+        let l = store
+            .admin(Duration::from_secs(2), |mut c, _| async move {
+                c.leases(pb::LeasesRequest {}).await
+            })
+            .await
+            .ok()?;
+        l.runs
+            .iter()
+            .any(|r| {
+                r.section_begin <= section.0
+                    && section.0 < r.section_end
+                    && r.alloc_id == heir_id
+                    && r.settled
+            })
+            .then_some(())
+    })
+    .await;
+    ctx.client.next(uid, WAIT_MAX).await?;
     let committed = store.get(&[section], WAIT_MAX).await?[0].1;
     // The zombie extends its range with its old epoch and, if that commits, serves from it.
     let invoke_ns = ctx.t0.elapsed().as_nanos() as u64;
