@@ -80,7 +80,7 @@ as_postgres() { if [ "$(id -u)" -eq 0 ]; then su postgres -s /bin/sh -c "$(print
 mkdir -p "$work/pg" && chown postgres "$work/pg" 2>/dev/null || true
 as_postgres "$pg_bin/initdb" -D "$work/pg" --auth=trust -U postgres >/dev/null
 start_pg() {
-  as_postgres "$pg_bin/pg_ctl" -D "$work/pg" -l "$work/pg.log" -w \
+  as_postgres "$pg_bin/pg_ctl" -D "$work/pg" -l "$work/pg/server.log" -w \
     -o "-p 5440 -k /tmp -c listen_addresses=127.0.0.1 -c synchronous_commit=on -c max_connections=300" start >/dev/null
 }
 start_pg
@@ -123,9 +123,11 @@ for name in redis-everysec redis-always; do
 done
 "$bench" run --target postgres --url "$pg_url" --concurrency "$concurrency" --seconds 3 --uids 1000 \
   --last-values "$work/last-postgres.json" >/dev/null
-pkill -9 -f "$pg_bin/postgres -D $work/pg" || true
+# Like a machine crash: the postmaster and every backend at once.
+pm=$(head -n 1 "$work/pg/postmaster.pid")
+kill -9 "$pm" $(pgrep -P "$pm") 2>/dev/null || true
+for _ in $(seq 1 50); do kill -0 "$pm" 2>/dev/null || break; sleep 0.1; done
 sleep 1
-rm -f "$work/pg/postmaster.pid"
 start_pg
 crash+=("$("$bench" crash-check --target postgres --url "$pg_url" --last-values "$work/last-postgres.json")")
 "$bench" run --target etcd --url "$etcd_url" --concurrency "$concurrency" --seconds 3 --uids 1000 \
