@@ -43,7 +43,7 @@ pub async fn run(config: AllocConfig, shutdown: impl Future<Output = ()>) -> any
         .add_service(reflection)
         .add_service(SeqServiceServer::new(service::SeqServer { shared: shared.clone() }))
         .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             async {
                 shutdown.await;
                 tracing::info!("shutting down");

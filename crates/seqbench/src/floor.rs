@@ -66,7 +66,9 @@ pub async fn start(uids: u64) -> anyhow::Result<SocketAddr> {
         tonic::transport::Server::builder()
             .tcp_nodelay(true)
             .add_service(SeqServiceServer::new(Floor { counters }))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+            .serve_with_incoming(
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            ),
     );
     Ok(addr)
 }
