@@ -137,9 +137,12 @@ async fn run(w: Workload) -> anyhow::Result<()> {
     let batch = if w.target == TargetKind::SeqsvrBatch { w.batch } else { 1 };
     let deadline = Instant::now() + Duration::from_secs(w.seconds);
     let started = Instant::now();
+    let done_calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let progress = tokio::spawn(progress(done_calls.clone(), w.seconds, label_of(&w)));
     let mut tasks = Vec::new();
     for c in 0..w.concurrency {
         let target = target.clone();
+        let done_calls = done_calls.clone();
         let mut next_uid = uid_source(&w, c as u64 + 1)?;
         let mut handle = target.handle(c).await?;
         tasks.push(tokio::spawn(async move {
@@ -154,6 +157,7 @@ async fn run(w: Workload) -> anyhow::Result<()> {
                         let us = t.elapsed().as_micros() as u64;
                         let _ = hist.record(us.max(1));
                         calls += 1;
+                        done_calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         values += got.len() as u64;
                         for (u, v) in uids.iter().zip(got) {
                             let e = last.entry(*u).or_insert(0);
@@ -181,12 +185,16 @@ async fn run(w: Workload) -> anyhow::Result<()> {
         }
     }
     let seconds = started.elapsed().as_secs_f64();
+    progress.abort();
+    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        eprintln!();
+    }
     let curve = [50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99]
         .iter()
         .map(|&p| (p, hist.value_at_quantile(p / 100.0)))
         .collect();
     let result = RunResult {
-        label: w.label.clone().unwrap_or_else(|| w.target.name().to_string()),
+        label: label_of(&w),
         target: w.target.name().to_string(),
         concurrency: w.concurrency,
         seconds,
@@ -214,6 +222,33 @@ async fn run(w: Workload) -> anyhow::Result<()> {
         std::fs::write(path, serde_json::to_vec(&last)?)?;
     }
     Ok(())
+}
+
+fn label_of(w: &Workload) -> String {
+    w.label.clone().unwrap_or_else(|| w.target.name().to_string())
+}
+
+/// A progress line on stderr, redrawn every second on a terminal, once every 5 s otherwise.
+async fn progress(calls: Arc<std::sync::atomic::AtomicU64>, seconds: u64, label: String) {
+    use std::io::IsTerminal;
+    let tty = std::io::stderr().is_terminal();
+    let started = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let elapsed = started.elapsed().as_secs();
+        let n = calls.load(std::sync::atomic::Ordering::Relaxed);
+        let line = format!(
+            "{label}: {elapsed:>3}/{seconds} s, {n} calls ({:.0}/s)",
+            n as f64 / elapsed.max(1) as f64
+        );
+        if tty {
+            eprint!("\r{line}   ");
+        } else if elapsed % 5 == 0 {
+            eprintln!("{line}");
+        }
+    }
 }
 
 async fn crash_check(w: Workload) -> anyhow::Result<()> {
