@@ -245,7 +245,7 @@ async fn progress(calls: Arc<std::sync::atomic::AtomicU64>, seconds: u64, label:
         );
         if tty {
             eprint!("\r{line}   ");
-        } else if elapsed % 5 == 0 {
+        } else if elapsed.is_multiple_of(5) {
             eprintln!("{line}");
         }
     }
