@@ -37,8 +37,12 @@ chmod 755 "$work"
 results="$work/results"
 mkdir -p "$results"
 pids=()
+cluster_was_up=0
+ls data/local/pids/*.pid >/dev/null 2>&1 && cluster_was_up=1
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  # Leave the local cluster as we found it.
+  [ "$cluster_was_up" -eq 1 ] || scripts/dev-cluster.sh down >/dev/null 2>&1 || true
   [ -n "${pg_bin:-}" ] && as_postgres "$pg_bin/pg_ctl" -D "$work/pg" -m immediate stop >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
