@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use seqsvr_core::config::{AllocTuning, ClusterConfig};
+use seqsvr_core::config::{default_listen, AllocTuning, ClusterConfig};
 use seqsvr_core::ids::{NodeId, SetId};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -73,18 +73,10 @@ impl AllocConfig {
             tuning.request_timeout_ms = v;
         }
         tuning.validate()?;
-        let port = args.addr.rsplit_once(':').and_then(|(h, p)| {
-            if h.is_empty() {
-                None
-            } else {
-                p.parse::<u16>().ok()
-            }
-        });
-        let Some(port) = port else { bail!("--addr {:?} is not host:port", args.addr) };
-        let listen = match args.listen {
-            Some(l) => l,
-            None => args.addr.parse().unwrap_or(SocketAddr::from(([0, 0, 0, 0], port))),
+        let Some(default) = default_listen(&args.addr) else {
+            bail!("--addr {:?} is not host:port", args.addr)
         };
+        let listen = args.listen.unwrap_or(default);
         Ok(AllocConfig {
             set_id,
             addr: args.addr.clone(),

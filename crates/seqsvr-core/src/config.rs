@@ -19,6 +19,21 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// The port of a `host:port` address (host non-empty), e.g. `127.0.0.1:7101` or `store1:7101`.
+pub fn port_of(addr: &str) -> Option<u16> {
+    let (host, port) = addr.rsplit_once(':')?;
+    if host.is_empty() {
+        return None;
+    }
+    port.parse().ok()
+}
+
+/// Where a process advertised as `addr` listens by default: `addr` itself when it is an IP
+/// address, else every interface on its port (a host name, as in docker-compose).
+pub fn default_listen(addr: &str) -> Option<std::net::SocketAddr> {
+    addr.parse().ok().or_else(|| Some(std::net::SocketAddr::from(([0, 0, 0, 0], port_of(addr)?))))
+}
+
 fn invalid<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
     Err(ConfigError::Invalid(msg.into()))
 }
@@ -273,10 +288,7 @@ impl SetConfig {
             if !ids.insert(m.id) {
                 return invalid(format!("set {}: member id {} appears twice", self.id, m.id));
             }
-            if m.addr
-                .rsplit_once(':')
-                .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
-            {
+            if port_of(&m.addr).is_none() {
                 return invalid(format!(
                     "set {}: member {} addr {:?} is not host:port",
                     self.id, m.id, m.addr
@@ -339,6 +351,18 @@ stores = [{ id = 1, addr = "127.0.0.1:7101" }]
         assert_eq!((s.begin(), s.end()), (SectionId(10), SectionId(50)));
         let again = ClusterConfig::from_toml_str(&c.to_toml_string()).unwrap();
         assert_eq!(again, c);
+    }
+
+    #[test]
+    fn addresses() {
+        assert_eq!(port_of("127.0.0.1:7101"), Some(7101));
+        assert_eq!(port_of("store1:7101"), Some(7101));
+        assert_eq!(port_of(":7101"), None);
+        assert_eq!(port_of("store1"), None);
+        assert_eq!(port_of("store1:99999"), None);
+        assert_eq!(default_listen("127.0.0.1:7101"), Some("127.0.0.1:7101".parse().unwrap()));
+        assert_eq!(default_listen("store1:7101"), Some("0.0.0.0:7101".parse().unwrap()));
+        assert_eq!(default_listen("store1"), None);
     }
 
     fn rejects(text: &str, needle: &str) {

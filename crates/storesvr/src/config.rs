@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use seqsvr_core::config::{AllocTuning, ClusterConfig, StoreTuning};
+use seqsvr_core::config::{default_listen, AllocTuning, ClusterConfig, StoreTuning};
 use seqsvr_core::ids::{NodeId, SetId};
 use seqsvr_core::section::SectionRange;
 use std::net::SocketAddr;
@@ -91,10 +91,10 @@ impl NodeConfig {
             request_timeout_ms
         );
         tuning.validate()?;
-        let listen = match args.listen {
-            Some(l) => l,
-            None => default_listen(&me.addr)?,
+        let Some(default) = default_listen(&me.addr) else {
+            bail!("member addr {:?} is not host:port", me.addr);
         };
+        let listen = args.listen.unwrap_or(default);
         Ok(NodeConfig {
             set_id,
             node_id,
@@ -109,16 +109,5 @@ impl NodeConfig {
             tuning,
             lease: cluster.alloc.clone(),
         })
-    }
-}
-
-fn default_listen(addr: &str) -> anyhow::Result<SocketAddr> {
-    if let Ok(a) = addr.parse() {
-        return Ok(a);
-    }
-    let port = addr.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok());
-    match port {
-        Some(port) => Ok(SocketAddr::from(([0, 0, 0, 0], port))),
-        None => bail!("member addr {addr:?} is not host:port"),
     }
 }

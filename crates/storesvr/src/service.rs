@@ -187,7 +187,7 @@ impl pb::store_service_server::StoreService for ServiceContext {
     ) -> Result<Response<pb::RegisterAllocResponse>, Status> {
         let wait = self.wait_for(&request);
         let addr = request.into_inner().addr;
-        if addr.rsplit_once(':').is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err()) {
+        if seqsvr_core::config::port_of(&addr).is_none() {
             return Err(Status::invalid_argument(format!("alloc addr {addr:?} is not host:port")));
         }
         let id = self.driver.register(addr, wait).await.map_err(to_status)?;
