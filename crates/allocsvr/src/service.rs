@@ -51,62 +51,79 @@ impl SeqServer {
         Instant::now() + theirs.map_or(ours, |t| t.min(ours))
     }
 
-    /// Runs `op` under the lock until it succeeds, fails for good, or the deadline passes.
+    /// Runs `op` under the lock until it succeeds, fails for good, or the deadline passes. The
+    /// common case answers on the first try and registers for no notification.
     async fn serve<T>(
         &self,
         deadline: Instant,
         route_version: u64,
         op: impl Fn(&mut Inner) -> Result<T, SeqError>,
     ) -> Result<(T, Option<pb::RouteTable>), Status> {
+        if let Attempt::Done(result) = self.attempt(route_version, &op) {
+            return result;
+        }
         loop {
-            // Register interest before looking, so a change between the look and the wait
-            // cannot be missed.
+            // Register interest before looking again, so a change between the look and the
+            // wait cannot be missed.
             let changed = self.shared.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            // Either answers (returns) or says why it has to wait.
-            let status: Status = {
-                let mut inner = self.shared.lock();
-                if !inner.lease_valid(Instant::now()) {
-                    Status::unavailable(
-                        "this AllocSvr holds no valid lease (store unreachable, or its \
-                         registration is being renewed); retry, possibly at another AllocSvr",
-                    )
-                } else {
-                    match op(&mut inner) {
-                        Ok(v) => {
-                            let route =
-                                (route_version < inner.route.version).then(|| inner.route.clone());
-                            return Ok((v, route));
-                        }
-                        Err(SeqError::NotOwned(section)) => {
-                            if inner.routed_here(section, inner.alloc_id) {
-                                Status::unavailable(format!(
-                                    "section {section} is being handed over to this AllocSvr; \
-                                     it serves once the previous owner's lease has run out"
-                                ))
-                            } else {
-                                return Err(not_owner(section, &inner.route));
-                            }
-                        }
-                        Err(SeqError::Loading(section)) => Status::unavailable(format!(
-                            "section {section} is loading its max_seq from the store"
-                        )),
-                        Err(SeqError::Exhausted(section)) => {
-                            self.shared.wake_advancer.notify_one();
-                            Status::unavailable(format!(
-                                "section {section} waits for the store to commit a higher max_seq \
-                                 (store slow or without quorum?)"
-                            ))
-                        }
-                    }
-                }
+            let status = match self.attempt(route_version, &op) {
+                Attempt::Done(result) => return result,
+                Attempt::Wait(status) => status,
             };
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
                 return Err(status);
             }
         }
     }
+
+    /// One look under the lock: an answer (value or final error), or why it has to wait.
+    fn attempt<T>(
+        &self,
+        route_version: u64,
+        op: &impl Fn(&mut Inner) -> Result<T, SeqError>,
+    ) -> Attempt<T> {
+        let mut inner = self.shared.lock();
+        if !inner.lease_valid(Instant::now()) {
+            return Attempt::Wait(Status::unavailable(
+                "this AllocSvr holds no valid lease (store unreachable, or its registration is \
+                 being renewed); retry, possibly at another AllocSvr",
+            ));
+        }
+        match op(&mut inner) {
+            Ok(v) => {
+                let route = (route_version < inner.route.version).then(|| inner.route.clone());
+                Attempt::Done(Ok((v, route)))
+            }
+            Err(SeqError::NotOwned(section)) => {
+                if inner.routed_here(section, inner.alloc_id) {
+                    Attempt::Wait(Status::unavailable(format!(
+                        "section {section} is being handed over to this AllocSvr; it serves once \
+                         the previous owner's lease has run out"
+                    )))
+                } else {
+                    Attempt::Done(Err(not_owner(section, &inner.route)))
+                }
+            }
+            Err(SeqError::Loading(section)) => Attempt::Wait(Status::unavailable(format!(
+                "section {section} is loading its max_seq from the store"
+            ))),
+            Err(SeqError::Exhausted(section)) => {
+                self.shared.wake_advancer.notify_one();
+                Attempt::Wait(Status::unavailable(format!(
+                    "section {section} waits for the store to commit a higher max_seq (store \
+                     slow or without quorum?)"
+                )))
+            }
+        }
+    }
+}
+
+/// What one look under the lock decided.
+enum Attempt<T> {
+    Done(Result<(T, Option<pb::RouteTable>), Status>),
+    Wait(Status),
 }
 
 /// NOT_OWNER: FAILED_PRECONDITION with the current route table in binary metadata.
