@@ -27,10 +27,6 @@ impl Proxy {
     pub fn set_cut(&self, cut: bool) {
         self.cut.send_replace(cut);
     }
-
-    pub fn is_cut(&self) -> bool {
-        *self.cut.borrow()
-    }
 }
 
 async fn accept_loop(listener: TcpListener, target: String, cut: watch::Receiver<bool>) {

@@ -163,10 +163,6 @@ impl AllocTable {
         }
     }
 
-    pub fn owns(&self, section: SectionId) -> bool {
-        self.sections.contains_key(&section)
-    }
-
     /// Installs a grant: the runs this AllocSvr may serve, with lease epochs. Sections not in it
     /// are dropped; a section with a new epoch is reloaded. Returns the runs to load.
     pub fn grant(&mut self, runs: &[(SectionRange, u64)]) -> Vec<(SectionRange, u64)> {

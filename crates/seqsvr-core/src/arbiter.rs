@@ -70,10 +70,6 @@ impl Arbiter {
         }
     }
 
-    pub fn lease(&self) -> LeaseConfig {
-        self.lease
-    }
-
     /// Whether a heartbeat from `alloc` may be answered with a grant.
     pub fn may_grant(&self, control: &ControlState, alloc: AllocId) -> bool {
         control.is_current(alloc) && !self.expired.contains(&alloc)
