@@ -93,6 +93,10 @@ impl SeqServer {
         }
         match op(&mut inner) {
             Ok(v) => {
+                if inner.table.has_wanted() {
+                    // Prefetch: start the advance now, not at the advancer's next poll.
+                    self.shared.wake_advancer.notify_one();
+                }
                 let route = (route_version < inner.route.version).then(|| inner.route.clone());
                 Attempt::Done(Ok((v, route)))
             }
@@ -168,8 +172,12 @@ impl pb::seq_service_server::SeqService for SeqServer {
         let deadline = self.deadline(&request);
         let r = request.into_inner();
         self.check_uids(&r.uids)?;
-        let (seqs, route_table) =
-            self.serve(deadline, r.route_version, |inner| inner.table.next_batch(&r.uids)).await?;
+        let (seqs, route_table) = if r.independent {
+            self.serve(deadline, r.route_version, |inner| Ok(inner.table.next_each(&r.uids)))
+                .await?
+        } else {
+            self.serve(deadline, r.route_version, |inner| inner.table.next_batch(&r.uids)).await?
+        };
         Ok(Response::new(pb::NextBatchResponse { seqs, route_table }))
     }
 

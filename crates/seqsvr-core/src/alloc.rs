@@ -95,6 +95,14 @@ impl AllocTable {
         }
     }
 
+    fn ready_ref(&self, section: SectionId) -> Result<&SectionSeqs, SeqError> {
+        match self.sections.get(&section) {
+            None => Err(SeqError::NotOwned(section)),
+            Some(SectionState::Loading { .. }) => Err(SeqError::Loading(section)),
+            Some(SectionState::Ready(s)) => Ok(s),
+        }
+    }
+
     /// The next sequence of `uid`.
     pub fn next(&mut self, uid: u64) -> Result<u64, SeqError> {
         Ok(self.next_batch(&[uid])?[0])
@@ -102,8 +110,106 @@ impl AllocTable {
 
     /// The next sequence of each uid, all or nothing; a repeated uid gets increasing values in
     /// batch order.
+    ///
+    /// The common case costs one section lookup per run of consecutive uids in one section:
+    /// pass 1 bounds what each section needs by its highest current value plus the batch's
+    /// count in it (exact when no uid repeats), and only a batch whose bound does not fit takes
+    /// the exact (per-uid) count before deciding to wait.
     pub fn next_batch(&mut self, uids: &[u64]) -> Result<Vec<u64>, SeqError> {
-        // Pass 1: check every section and the highest value each would need; change nothing.
+        let runs = self.runs_of(uids);
+        // Pass 1: every section ready and its bound within max_seq; change nothing.
+        let mut bounds: Vec<Bound> = Vec::with_capacity(runs.len());
+        let size = self.config.section_size;
+        for run in &runs {
+            let s = self.ready_ref(run.section)?;
+            let highest = uids[run.begin..run.end]
+                .iter()
+                .map(|&uid| current_of(s, (uid % size) as usize))
+                .max()
+                .unwrap_or(0);
+            let count = (run.end - run.begin) as u64;
+            bounds.push(Bound { section: run.section, highest, count });
+        }
+        bounds.sort_unstable();
+        merge_bounds(&mut bounds);
+        let mut fits = true;
+        for b in &bounds {
+            if b.highest + b.count > self.ready_ref(b.section)?.max_seq {
+                fits = false;
+                break;
+            }
+        }
+        if !fits {
+            self.check_exact(uids)?;
+        }
+        // Pass 2: allocate.
+        let size = self.config.section_size as usize;
+        let mut values = Vec::with_capacity(uids.len());
+        for run in &runs {
+            let s = self.ready(run.section)?;
+            for &uid in &uids[run.begin..run.end] {
+                let index = uid as usize % size;
+                let value = current_of(s, index) + 1;
+                assert!(value <= s.max_seq, "I2: {value} above committed max_seq {}", s.max_seq);
+                s.cur.get_or_insert_with(|| vec![0u64; size].into_boxed_slice())[index] = value;
+                s.high_water = s.high_water.max(value);
+                values.push(value);
+            }
+        }
+        self.after_serving(bounds.iter().map(|b| b.section));
+        Ok(values)
+    }
+
+    /// The next sequence of each uid where it can be served now, 0 where it cannot (section not
+    /// served here, loading, or waiting for an advance); each uid is its own request. For a
+    /// client SDK coalescing independent calls: one uid in a hand-over never holds up the rest.
+    pub fn next_each(&mut self, uids: &[u64]) -> Vec<u64> {
+        let runs = self.runs_of(uids);
+        let (size, step) = (self.config.section_size as usize, self.config.step);
+        let mut values = Vec::with_capacity(uids.len());
+        let mut touched = Vec::with_capacity(runs.len());
+        for run in &runs {
+            let Ok(s) = self.ready(run.section) else {
+                values.extend(std::iter::repeat_n(0, run.end - run.begin));
+                continue;
+            };
+            for &uid in &uids[run.begin..run.end] {
+                let index = uid as usize % size;
+                let value = current_of(s, index) + 1;
+                if value > s.max_seq {
+                    s.want = s.want.max(value + step);
+                    values.push(0);
+                    continue;
+                }
+                s.cur.get_or_insert_with(|| vec![0u64; size].into_boxed_slice())[index] = value;
+                s.high_water = s.high_water.max(value);
+                values.push(value);
+            }
+            touched.push(run.section);
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        self.after_serving(touched);
+        values
+    }
+
+    /// Consecutive uids of one section, so that each run costs one section lookup.
+    fn runs_of(&self, uids: &[u64]) -> Vec<Run> {
+        let size = self.config.section_size;
+        let mut runs: Vec<Run> = Vec::new();
+        for (i, &uid) in uids.iter().enumerate() {
+            let section = SectionId(uid / size);
+            match runs.last_mut() {
+                Some(run) if run.section == section => run.end = i + 1,
+                _ => runs.push(Run { section, begin: i, end: i + 1 }),
+            }
+        }
+        runs
+    }
+
+    /// The exact check for a batch whose bound did not fit: the highest value each section
+    /// needs, counting repeats; asks for an advance where it exceeds `max_seq`.
+    fn check_exact(&mut self, uids: &[u64]) -> Result<(), SeqError> {
         let mut need: BTreeMap<SectionId, u64> = BTreeMap::new();
         let mut repeats: BTreeMap<u64, u64> = BTreeMap::new();
         for &uid in uids {
@@ -124,32 +230,27 @@ impl AllocTable {
                 short.get_or_insert(section);
             }
         }
-        if let Some(section) = short {
-            self.refresh_wanting(need.keys().copied());
-            return Err(SeqError::Exhausted(section));
+        match short {
+            Some(section) => {
+                self.refresh_wanting(need.keys().copied());
+                Err(SeqError::Exhausted(section))
+            }
+            None => Ok(()),
         }
-        // Pass 2: allocate.
-        let size = self.config.section_size as usize;
-        let mut values = Vec::with_capacity(uids.len());
-        for &uid in uids {
-            let (section, index) = self.section_of(uid);
-            let s = self.ready(section)?;
-            let value = current_of(s, index) + 1;
-            assert!(value <= s.max_seq, "I2: {value} above committed max_seq {}", s.max_seq);
-            s.cur.get_or_insert_with(|| vec![0u64; size].into_boxed_slice())[index] = value;
-            s.high_water = s.high_water.max(value);
-            values.push(value);
-        }
-        // Prefetch: ask for the next step before anyone has to wait for it.
+    }
+
+    /// Prefetch (ask for the next step before anyone has to wait for it) and bookkeeping of
+    /// the sections a request served from.
+    fn after_serving(&mut self, sections: impl IntoIterator<Item = SectionId> + Clone) {
         let (step, prefetch) = (self.config.step, self.config.prefetch_remaining);
-        for &section in need.keys() {
-            let s = self.ready(section)?;
-            if s.max_seq - s.high_water < prefetch {
-                s.want = s.want.max(s.max_seq + step);
+        for section in sections.clone() {
+            if let Some(SectionState::Ready(s)) = self.sections.get_mut(&section) {
+                if s.max_seq - s.high_water < prefetch {
+                    s.want = s.want.max(s.max_seq + step);
+                }
             }
         }
-        self.refresh_wanting(need.keys().copied());
-        Ok(values)
+        self.refresh_wanting(sections);
     }
 
     /// The current sequence of `uid` without allocating: >= every value handed out for it and
@@ -262,6 +363,12 @@ impl AllocTable {
         self.last_grant.clear(); // the next grant must be installed again in full
     }
 
+    /// The committed `max_seq` this table serves under, if the section is ready (for tests).
+    #[cfg(test)]
+    fn max_seq_of(&self, section: SectionId) -> Option<u64> {
+        self.ready_ref(section).ok().map(|s| s.max_seq)
+    }
+
     pub fn has_wanted(&self) -> bool {
         !self.wanting.is_empty()
     }
@@ -287,6 +394,36 @@ impl AllocTable {
             }
         }
     }
+}
+
+/// Uids `begin..end` of a request, all in `section`.
+struct Run {
+    section: SectionId,
+    begin: usize,
+    end: usize,
+}
+
+/// A section's share of a batch: its highest current value among the batch's uids and how
+/// many of the batch's uids it holds. `highest + count` bounds the highest value it will hand
+/// out (exact when no uid repeats).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Bound {
+    section: SectionId,
+    highest: u64,
+    count: u64,
+}
+
+/// Merges the entries of each section (input sorted by section).
+fn merge_bounds(bounds: &mut Vec<Bound>) {
+    bounds.dedup_by(|later, kept| {
+        if later.section == kept.section {
+            kept.highest = kept.highest.max(later.highest);
+            kept.count += later.count;
+            true
+        } else {
+            false
+        }
+    });
 }
 
 fn current_of(s: &SectionSeqs, index: usize) -> u64 {

@@ -71,6 +71,41 @@ fn batches_are_all_or_nothing_and_ordered() {
 }
 
 #[test]
+fn a_batch_over_the_quick_bound_that_fits_exactly_is_served() {
+    let mut t = AllocTable::new(config(10));
+    let runs = t.grant(&all(1, 1));
+    t.loaded(runs[0].0, 1, &BTreeMap::new());
+    let mut store = BTreeMap::new();
+    assert_eq!(t.next(1), Err(SeqError::Exhausted(SectionId(0))));
+    commit_wanted(&mut t, &mut store);
+    assert_eq!(store[&SectionId(0)], 11);
+    for v in 1..=10 {
+        assert_eq!(t.next(1), Ok(v));
+    }
+    // Highest current 10 plus 3 uids bounds the need at 13 > 11; exactly, it is 11.
+    assert_eq!(t.next_batch(&[1, 2, 3]), Ok(vec![11, 1, 1]));
+    assert_eq!(t.next_batch(&[1]), Err(SeqError::Exhausted(SectionId(0))));
+}
+
+#[test]
+fn next_each_serves_what_it_can_and_waits_for_nothing() {
+    let mut t = AllocTable::new(config(2));
+    let runs = t.grant(&all(2, 1));
+    t.loaded(runs[0].0, 1, &BTreeMap::new());
+    let mut store = BTreeMap::new();
+    assert_eq!(t.next_each(&[1]), vec![0]);
+    commit_wanted(&mut t, &mut store);
+    assert_eq!(store[&SectionId(0)], 3);
+    // uid 1 fits three times (1, 2, 3), the fourth not; section 1 has max_seq 0; section 5 is
+    // not served here.
+    assert_eq!(t.next_each(&[1, 15, 1, 55, 1, 3, 1]), vec![1, 0, 2, 0, 3, 1, 0]);
+    let wanted = t.take_wanted(10);
+    let sections: Vec<SectionId> = wanted.iter().map(|a| a.section).collect();
+    assert_eq!(sections, vec![SectionId(0), SectionId(1)], "both short sections ask to advance");
+    assert!(wanted[0].max_seq >= 4, "section 0 asks for enough for the refused value");
+}
+
+#[test]
 fn regrant_with_new_epoch_reloads_and_dropped_sections_stop() {
     let mut t = AllocTable::new(config(10));
     let runs = t.grant(&all(2, 1));
@@ -96,6 +131,8 @@ fn regrant_with_new_epoch_reloads_and_dropped_sections_stop() {
 enum Op {
     Next(u64),
     Batch(Vec<u64>),
+    /// Independent requests (`next_each`), as a coalescing client sends them.
+    Each(Vec<u64>),
     /// Commit some of the wanted advances.
     Commit(usize),
     /// The store refuses some in-flight advances (e.g. unavailable).
@@ -108,6 +145,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => (0u64..30).prop_map(Op::Next),
         2 => prop::collection::vec(0u64..30, 1..8).prop_map(Op::Batch),
+        2 => prop::collection::vec(0u64..30, 1..8).prop_map(Op::Each),
         3 => (0usize..4).prop_map(Op::Commit),
         1 => (0usize..4).prop_map(Op::Fail),
         1 => Just(Op::Reload),
@@ -131,14 +169,46 @@ proptest! {
                 Op::Next(uid) => t.next(uid).map(|v| vec![(uid, v)]).unwrap_or_default(),
                 Op::Batch(uids) => {
                     let before: Vec<u64> = uids.iter().map(|&u| t.current(u).unwrap()).collect();
+                    // What each value must be: current + its repeat count so far, and the
+                    // batch is refused exactly when one of them exceeds its section's max_seq.
+                    let mut seen: BTreeMap<u64, u64> = BTreeMap::new();
+                    let expected: Vec<u64> = uids.iter().zip(&before).map(|(&u, &c)| {
+                        let k = seen.entry(u).or_insert(0);
+                        *k += 1;
+                        c + *k
+                    }).collect();
+                    let fits = uids.iter().zip(&expected).all(|(&u, &v)| {
+                        v <= t.max_seq_of(SectionId(u / SIZE)).unwrap()
+                    });
                     match t.next_batch(&uids) {
-                        Ok(values) => uids.iter().copied().zip(values).collect(),
-                        Err(_) => {
+                        Ok(values) => {
+                            prop_assert!(fits, "served a batch that does not fit");
+                            prop_assert_eq!(&values, &expected);
+                            uids.iter().copied().zip(values).collect()
+                        }
+                        Err(e) => {
+                            prop_assert!(!fits, "refused a batch that fits: {}", e);
                             let after: Vec<u64> = uids.iter().map(|&u| t.current(u).unwrap()).collect();
                             prop_assert_eq!(before, after, "a refused batch changed nothing");
                             Vec::new()
                         }
                     }
+                }
+                Op::Each(uids) => {
+                    let values = t.next_each(&uids);
+                    prop_assert_eq!(values.len(), uids.len());
+                    let mut served = Vec::new();
+                    for (&uid, &v) in uids.iter().zip(&values) {
+                        if v == 0 {
+                            // Not served: only because the next value would exceed max_seq.
+                            let section = SectionId(uid / SIZE);
+                            let next = t.current(uid).unwrap() + 1;
+                            prop_assert!(next > t.max_seq_of(section).unwrap());
+                        } else {
+                            served.push((uid, v));
+                        }
+                    }
+                    served
                 }
                 Op::Commit(n) => {
                     in_flight.extend(t.take_wanted(usize::MAX));
