@@ -63,12 +63,15 @@ async fn bad_input_is_invalid_argument_and_changes_nothing() {
     let before = client.current(5, WAIT_MAX).await.unwrap();
     let too_many = vec![5u64; 1001];
     let err = direct
-        .next_batch(seqsvr_proto::v1::NextBatchRequest { uids: too_many, route_version: 0 })
+        .next_batch(seqsvr_proto::v1::NextBatchRequest { uids: too_many, ..Default::default() })
         .await
         .expect_err("oversized");
     assert_eq!(err.code(), Code::InvalidArgument);
     let err = direct
-        .next_batch(seqsvr_proto::v1::NextBatchRequest { uids: vec![5, end + 7], route_version: 0 })
+        .next_batch(seqsvr_proto::v1::NextBatchRequest {
+            uids: vec![5, end + 7],
+            ..Default::default()
+        })
         .await
         .expect_err("one uid out of range");
     assert_eq!(err.code(), Code::InvalidArgument);
@@ -157,4 +160,87 @@ async fn sequential_calls_stay_increasing_across_alloc_kill9_and_restart() {
         (leases.allocs.iter().filter(|a| a.n_sections > 0 && !a.expired).count() == 2).then_some(())
     })
     .await;
+}
+
+/// Concurrent `next` calls through one SDK client ride few RPCs, and a coalesced RPC answers
+/// each uid on its own: a uid whose section moved away comes back 0 (the SDK retries it alone,
+/// at the new owner) while the others are served.
+#[tokio::test(flavor = "current_thread")]
+async fn concurrent_calls_are_coalesced_and_entries_answer_independently() {
+    use seqsvr_proto::v1 as pb;
+    let cluster = Cluster::start(options(100));
+    let client = cluster.seq_client().await;
+    cluster.wait_serving(&client).await;
+    let size = cluster.config.section_size;
+    let table = client.route_tables().into_iter().find(|t| t.set_id == 0).expect("set 0 table");
+    let entry = table.entries.iter().find(|e| e.section_end - e.section_begin >= 2).expect("run");
+    let (moved, kept) = (entry.section_begin, entry.section_begin + 1);
+    let uids: Vec<u64> = (0..40).map(|i| [moved, kept][i % 2] * size + i as u64).collect();
+    client.next(uids[0], WAIT_MAX).await.expect("warm up");
+
+    // 200 calls at once on a current-thread runtime: they queue before the coalescing task
+    // runs, so a handful of RPCs carry them all.
+    let before = futures_current(&client, &uids).await;
+    let rpcs = client.coalesced_rpcs();
+    let calls = (0..200).map(|i| client.next(uids[i % uids.len()], WAIT_MAX));
+    let got: Vec<u64> = futures::future::try_join_all(calls).await.expect("all served");
+    let sent = client.coalesced_rpcs() - rpcs;
+    assert!((1..=10).contains(&sent), "200 calls took {sent} coalesced RPCs");
+    for (i, uid) in uids.iter().enumerate() {
+        let mut mine: Vec<u64> = got.iter().skip(i).step_by(uids.len()).copied().collect();
+        mine.sort_unstable();
+        mine.dedup();
+        assert_eq!(mine.len(), 5, "uid {uid}: distinct values");
+        assert!(mine[0] > before[i], "uid {uid}: above every earlier value");
+    }
+
+    // Move `moved` to the other AllocSvr and wait until the old owner dropped it.
+    let other = table.entries.iter().find(|e| e.alloc_id != entry.alloc_id).expect("2 allocs");
+    let (to_alloc_id, old_addr) = (other.alloc_id, entry.addr.clone());
+    cluster
+        .store_client_of(SetId(0))
+        .admin(WAIT_MAX, |mut c, _| async move {
+            c.move_sections(pb::MoveSectionsRequest {
+                section_begin: moved,
+                section_end: moved + 1,
+                to_alloc_id,
+            })
+            .await
+        })
+        .await
+        .expect("move");
+    let channel = seqsvr_client::store::channel(&old_addr).unwrap();
+    let mut direct = pb::seq_service_client::SeqServiceClient::new(channel);
+    let (m, k) = (moved * size + 1, kept * size);
+    let before_k = client.current(k, WAIT_MAX).await.unwrap();
+    let answer = wait_for("the old owner to stop serving the moved section", || {
+        let mut direct = direct.clone();
+        async move {
+            let r = direct
+                .next_batch(pb::NextBatchRequest {
+                    uids: vec![m, k],
+                    route_version: 0,
+                    independent: true,
+                })
+                .await
+                .ok()?
+                .into_inner();
+            (r.seqs[0] == 0).then_some(r.seqs)
+        }
+    })
+    .await;
+    assert!(answer[1] > before_k, "the kept section is served in the same RPC: {answer:?}");
+    let err = direct
+        .next_batch(pb::NextBatchRequest { uids: vec![m, k], ..Default::default() })
+        .await
+        .expect_err("all or nothing");
+    assert_eq!(err.code(), Code::FailedPrecondition, "{}", err.message());
+
+    // The SDK (its route table still says the old owner) serves both sections.
+    let before = futures_current(&client, &[m, k]).await;
+    let got = futures::future::try_join_all([m, k, m, k].map(|u| client.next(u, WAIT_MAX)))
+        .await
+        .expect("served after the move");
+    assert!(got[0] > before[0] && got[2] > before[0] && got[0] != got[2], "{got:?}");
+    assert!(got[1] > before[1] && got[3] > before[1] && got[1] != got[3], "{got:?}");
 }
