@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
 # Benchmarks seqsvr side by side with what users would pick instead, in one run on this machine:
-#   scripts/bench.sh [--runs 3] [--seconds 10] [--concurrency 64] [--dist uniform|zipf]
-# Starts Redis (AOF everysec and always) and PostgreSQL from Debian's packages on loopback ports
-# with their own data dirs, the local seqsvr cluster, and seqbench's in-process RPC floor; runs
-# every target --runs times, alternating; then kill -9s each peer and counts uids whose next
-# value went backwards. Writes docs/benchmarks/results.md (+ latency.png when matplotlib is
-# available). Machines here are shared and noisy: read the ratios and medians, not one number.
+#   scripts/bench.sh [--runs 3] [--seconds 10] [--concurrency 64] [--dists "uniform zipf"]
+# Starts Redis (AOF everysec and always), PostgreSQL and a 3-member etcd from Debian's packages
+# on loopback ports with their own data dirs, the local seqsvr cluster, and seqbench's
+# in-process RPC floor; runs every target --runs times per uid distribution, alternating. Then:
+# p99.9 at half of seqsvr's (and Redis') peak, paced; p99.9 with step 100 vs 100,000 (Zipf,
+# paced, the cluster restarted with each step); AllocSvr RSS per uid with 10 M uids touched;
+# and a crash check (kill -9 each peer, restart, count uids whose next value went backwards).
+# Writes docs/benchmarks/results.md, latency-*.png (with matplotlib) and raw/. Machines here
+# are shared and noisy: read the ratios and medians, not one number.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$SEQSVR_ROOT"
-runs=3 seconds=10 concurrency=64 dist=uniform uids=100000
+runs=3 seconds=10 concurrency=64 dists="uniform zipf" uids=100000 touch_uids=10000000
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
     --concurrency) concurrency=$2; shift 2 ;;
-    --dist) dist=$2; shift 2 ;;
-    *) echo "usage: $0 [--runs N] [--seconds S] [--concurrency C] [--dist uniform|zipf]" >&2; exit 2 ;;
+    --dists) dists=$2; shift 2 ;;
+    --touch-uids) touch_uids=$2; shift 2 ;;
+    *) echo "usage: $0 [--runs N] [--seconds S] [--concurrency C] [--dists \"uniform zipf\"] [--touch-uids N]" >&2; exit 2 ;;
   esac
 done
 
@@ -92,25 +96,73 @@ pg_url="host=127.0.0.1 port=5440 user=postgres dbname=postgres"
 "$bench" pg-setup --url "$pg_url" --uids "$uids"
 
 # --- seqsvr: the local cluster.
-scripts/dev-cluster.sh up >/dev/null
 cfg=data/local/cluster.toml
 
-common=(--concurrency "$concurrency" --seconds "$seconds" --uids "$uids" --dist "$dist")
-for r in $(seq 1 "$runs"); do
-  echo ">> round $r of $runs"
-  "$bench" run --target floor "${common[@]}" --out "$results/floor-$r.json"
-  "$bench" run --target seqsvr --config "$cfg" "${common[@]}" --out "$results/seqsvr-$r.json" \
-    --last-values "$work/last-seqsvr.json"
-  "$bench" run --target seqsvr-batch --label "seqsvr batch 1000" --config "$cfg" --batch 1000 \
-    "${common[@]}" --out "$results/seqsvr-batch-$r.json"
-  "$bench" run --target redis --label "redis everysec" --url redis://127.0.0.1:6390/ "${common[@]}" \
-    --out "$results/redis-everysec-$r.json" --last-values "$work/last-redis-everysec.json"
-  "$bench" run --target redis --label "redis always" --url redis://127.0.0.1:6391/ "${common[@]}" \
-    --out "$results/redis-always-$r.json" --last-values "$work/last-redis-always.json"
-  "$bench" run --target postgres --url "$pg_url" "${common[@]}" --out "$results/postgres-$r.json" \
-    --last-values "$work/last-postgres.json"
-  "$bench" run --target etcd --url "$etcd_url" "${common[@]}" --out "$results/etcd-$r.json"
+# Median of a field over result JSONs.
+median_of() { # field files...
+  python3 -c 'import json,statistics,sys; print(statistics.median(json.load(open(f))[sys.argv[1]] for f in sys.argv[2:]))' "$@"
+}
+restart_cluster() { # extra environment, e.g. SEQSVR_STEP=100
+  scripts/dev-cluster.sh down >/dev/null
+  env "$@" scripts/dev-cluster.sh up >/dev/null
+}
+restart_cluster  # the binaries just built, the config's step
+
+for dist in $dists; do
+  out="$results/$dist"
+  mkdir -p "$out"
+  common=(--concurrency "$concurrency" --seconds "$seconds" --uids "$uids" --dist "$dist")
+  for r in $(seq 1 "$runs"); do
+    echo ">> $dist: round $r of $runs"
+    "$bench" run --target floor "${common[@]}" --out "$out/floor-$r.json"
+    "$bench" run --target seqsvr --config "$cfg" "${common[@]}" --out "$out/seqsvr-$r.json"
+    "$bench" run --target seqsvr --label "seqsvr, no coalescing" --no-coalesce --config "$cfg" \
+      "${common[@]}" --out "$out/seqsvr-single-$r.json"
+    "$bench" run --target seqsvr-batch --label "seqsvr batch 1000" --config "$cfg" --batch 1000 \
+      "${common[@]}" --out "$out/seqsvr-batch-$r.json"
+    "$bench" run --target redis --label "redis everysec" --url redis://127.0.0.1:6390/ "${common[@]}" \
+      --out "$out/redis-everysec-$r.json"
+    "$bench" run --target redis --label "redis always" --url redis://127.0.0.1:6391/ "${common[@]}" \
+      --out "$out/redis-always-$r.json"
+    "$bench" run --target postgres --url "$pg_url" "${common[@]}" --out "$out/postgres-$r.json"
+    "$bench" run --target etcd --url "$etcd_url" "${common[@]}" --out "$out/etcd-$r.json"
+  done
 done
+
+# --- p99.9 at half of peak (paced; latency counted from when each call was due).
+first=${dists%% *}
+half_seqsvr=$(python3 -c "print(round($(median_of calls_per_s "$results/$first"/seqsvr-[0-9]*.json) / 2))")
+half_redis=$(python3 -c "print(round($(median_of calls_per_s "$results/$first"/redis-everysec-*.json) / 2))")
+mkdir -p "$results/half"
+common=(--concurrency "$concurrency" --seconds "$seconds" --uids "$uids" --dist "$first")
+for r in $(seq 1 "$runs"); do
+  echo ">> half of peak: round $r of $runs"
+  "$bench" run --target seqsvr --label "seqsvr at $half_seqsvr/s" --config "$cfg" --rate "$half_seqsvr" \
+    "${common[@]}" --out "$results/half/seqsvr-$r.json"
+  "$bench" run --target redis --label "redis everysec at $half_redis/s" --url redis://127.0.0.1:6390/ \
+    --rate "$half_redis" "${common[@]}" --out "$results/half/redis-everysec-$r.json"
+done
+
+# --- Step boundaries: the same paced Zipf load (hot uids cross step boundaries often) with
+# step 100 and step 100,000; the cluster restarts with each.
+mkdir -p "$results/step"
+common=(--concurrency "$concurrency" --seconds "$seconds" --uids "$uids" --dist zipf --rate "$half_seqsvr")
+for r in $(seq 1 "$runs"); do
+  for step in 100 100000; do
+    echo ">> step $step: round $r of $runs"
+    restart_cluster SEQSVR_STEP=$step
+    "$bench" run --target seqsvr --label "seqsvr step $step" --config "$cfg" "${common[@]}" \
+      --out "$results/step/step-$step-$r.json"
+  done
+done
+restart_cluster
+
+# --- AllocSvr memory: RSS growth of set 0's AllocSvrs while 10 M fresh uids get a value each.
+alloc_pids=$(cat data/local/pids/alloc-0-*.pid | paste -sd, -)
+echo ">> touching $touch_uids uids"
+memory=$("$bench" touch --target seqsvr-batch --config "$cfg" --batch 1000 --concurrency 8 \
+  --uids "$touch_uids" --from 100000000 --pids "$alloc_pids")
+echo "$memory"
 
 # --- Crash check: kill -9 each peer right after its last run, restart, count regressions.
 crash=()
@@ -146,15 +198,54 @@ for f in data/local/pids/*.pid; do kill -9 "$(cat "$f")" 2>/dev/null || true; do
 scripts/dev-cluster.sh up >/dev/null
 crash+=("$("$bench" crash-check --target seqsvr --config "$cfg" --last-values "$work/last-seqsvr.json")")
 
+report_p999() { # label-of-baseline dir
+  python3 - "$@" <<'PY'
+import json, statistics, sys
+from collections import defaultdict
+base, d = sys.argv[1], sys.argv[2]
+import glob
+by = defaultdict(list)
+for f in glob.glob(d + "/*.json"):
+    r = json.load(open(f))
+    by[r["label"]].append(r)
+med = lambda runs, k: statistics.median(r[k] for r in runs)
+print("| target | runs | calls/s (median) | p50 µs | p99 µs | p99.9 µs | p99.9 ÷ %s's |" % base)
+print("|---|---|---|---|---|---|---|")
+for label, runs in sorted(by.items()):
+    ratio = med(runs, "p999_us") / max(1, med(by[base], "p999_us")) if base in by else float("nan")
+    print("| %s | %d | %.0f | %.0f | %.0f | %.0f | %.2f× |" % (label, len(runs), med(runs, "calls_per_s"),
+          med(runs, "p50_us"), med(runs, "p99_us"), med(runs, "p999_us"), ratio))
+PY
+}
+
 mkdir -p docs/benchmarks
+rm -rf docs/benchmarks/raw docs/benchmarks/latency*.png
 {
   echo "# Benchmarks"
   echo
-  echo "Produced by \`scripts/bench.sh --runs $runs --seconds $seconds --concurrency $concurrency --dist $dist\`"
-  echo "on $(nproc) cores, $(date -u +%Y-%m-%d). One uid per call unless the label says batch; $uids uids."
-  echo "Medians over $runs alternating runs. Shared, noisy machine: compare the ratios, not the numbers."
+  echo "Produced by \`scripts/bench.sh --runs $runs --seconds $seconds --concurrency $concurrency --dists \"$dists\"\`"
+  echo "on $(nproc) cores, $(date -u +%Y-%m-%d). $concurrency concurrent callers, $uids uids; one uid per call"
+  echo "unless the label says batch. Medians over $runs alternating runs. Shared, noisy machine: compare"
+  echo "the ratios, not the numbers. \"seqsvr\" is the client SDK as shipped (it coalesces concurrent"
+  echo "calls to one AllocSvr into one RPC); \"no coalescing\" sends one RPC per call, like the floor."
+  for dist in $dists; do
+    echo
+    echo "## $dist over $uids uids"
+    echo
+    "$bench" report "$results/$dist"/*.json --against seqsvr
+  done
   echo
-  "$bench" report "$results"/*.json --against seqsvr
+  echo "## p99.9 at half of peak (paced, latency from when each call was due)"
+  echo
+  report_p999 "seqsvr at $half_seqsvr/s" "$results/half"
+  echo
+  echo "## Step boundaries: Zipf at $half_seqsvr calls/s, step 100 vs step 100,000"
+  echo
+  report_p999 "seqsvr step 100000" "$results/step"
+  echo
+  echo "## AllocSvr memory"
+  echo
+  python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("%d uids touched: RSS of set 0'"'"'s AllocSvrs %.1f → %.1f MiB, **%.2f bytes per uid**." % (d["uids_touched"], d["rss_before"]/2**20, d["rss_after"]/2**20, d["bytes_per_uid"]))' "$memory"
   echo
   echo "## Crash check (kill -9 the peer right after a load, restart, one next per uid)"
   echo
@@ -165,6 +256,9 @@ mkdir -p docs/benchmarks
   done
 } | tee docs/benchmarks/results.md
 if python3 -c 'import matplotlib' 2>/dev/null || pip install -q matplotlib >/dev/null 2>&1; then
-  python3 scripts/plot_bench.py "$results" docs/benchmarks/latency.png && echo ">> docs/benchmarks/latency.png"
+  for dist in $dists; do
+    python3 scripts/plot_bench.py "$results/$dist" "docs/benchmarks/latency-$dist.png" \
+      && echo ">> docs/benchmarks/latency-$dist.png"
+  done
 fi
 cp -r "$results" docs/benchmarks/raw

@@ -70,6 +70,17 @@ struct Workload {
     /// Also write the highest value each uid got (for the crash check).
     #[arg(long)]
     last_values: Option<PathBuf>,
+    /// seqsvr: send each call on its own instead of letting the SDK coalesce concurrent calls.
+    #[arg(long)]
+    no_coalesce: bool,
+    /// seqsvr: coalesced RPCs in flight per AllocSvr.
+    #[arg(long, default_value_t = 2)]
+    max_in_flight: usize,
+    /// Paced load: this many calls per second in all (0 = as fast as possible). Latency counts
+    /// from when a call was due, not when it was sent, so a stall is not hidden by the callers
+    /// waiting for it (coordinated omission).
+    #[arg(long, default_value_t = 0.0)]
+    rate: f64,
 }
 
 #[derive(Subcommand)]
@@ -81,6 +92,17 @@ enum Command {
     CrashCheck {
         #[command(flatten)]
         workload: Workload,
+    },
+    /// Allocate once for each of `--uids` consecutive uids from `--from` (batches of
+    /// `--batch`), and report the AllocSvrs' resident memory growth per uid touched.
+    Touch {
+        #[command(flatten)]
+        workload: Workload,
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+        /// PIDs of the AllocSvrs whose RSS to measure.
+        #[arg(long, value_delimiter = ',')]
+        pids: Vec<u32>,
     },
     /// Prepare a PostgreSQL database: the counters table with `--uids` rows.
     PgSetup {
@@ -103,6 +125,12 @@ struct RunResult {
     label: String,
     target: String,
     concurrency: usize,
+    /// The paced rate asked for (0 = as fast as possible).
+    #[serde(default)]
+    rate: f64,
+    /// seqsvr: RPCs the SDK sent for coalesced calls (calls ÷ this = calls per RPC).
+    #[serde(default)]
+    coalesced_rpcs: u64,
     seconds: f64,
     dist: String,
     calls: u64,
@@ -135,8 +163,13 @@ fn uid_source(w: &Workload, seed: u64) -> anyhow::Result<impl FnMut() -> u64> {
 async fn run(w: Workload) -> anyhow::Result<()> {
     let target = Arc::new(Target::connect(&w).await?);
     let batch = if w.target == TargetKind::SeqsvrBatch { w.batch } else { 1 };
+    anyhow::ensure!(w.rate >= 0.0 && w.rate.is_finite(), "--rate: calls per second, >= 0");
+    let keep_last = w.last_values.is_some();
     let deadline = Instant::now() + Duration::from_secs(w.seconds);
     let started = Instant::now();
+    // Paced: a thread hands out due times; the k-th call is due at started + k / rate and goes
+    // to client k % concurrency.
+    let mut pacer_queues = (w.rate > 0.0).then(|| pace(w.rate, w.concurrency, started, deadline));
     let done_calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let progress = tokio::spawn(progress(done_calls.clone(), w.seconds, label_of(&w)));
     let mut tasks = Vec::new();
@@ -145,13 +178,21 @@ async fn run(w: Workload) -> anyhow::Result<()> {
         let done_calls = done_calls.clone();
         let mut next_uid = uid_source(&w, c as u64 + 1)?;
         let mut handle = target.handle(c).await?;
+        let mut due_times = pacer_queues.as_mut().and_then(|q| q.pop());
         tasks.push(tokio::spawn(async move {
             let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
             let (mut calls, mut values, mut errors) = (0u64, 0u64, 0u64);
             let mut last: BTreeMap<u64, u64> = BTreeMap::new();
-            while Instant::now() < deadline {
+            loop {
+                let t = match &mut due_times {
+                    Some(queue) => match queue.recv().await {
+                        Some(due) => due,
+                        None => break,
+                    },
+                    None if Instant::now() < deadline => Instant::now(),
+                    None => break,
+                };
                 let uids: Vec<u64> = (0..batch).map(|_| next_uid()).collect();
-                let t = Instant::now();
                 match handle.next(&uids).await {
                     Ok(got) => {
                         let us = t.elapsed().as_micros() as u64;
@@ -159,9 +200,11 @@ async fn run(w: Workload) -> anyhow::Result<()> {
                         calls += 1;
                         done_calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         values += got.len() as u64;
-                        for (u, v) in uids.iter().zip(got) {
-                            let e = last.entry(*u).or_insert(0);
-                            *e = (*e).max(v);
+                        if keep_last {
+                            for (u, v) in uids.iter().zip(got) {
+                                let e = last.entry(*u).or_insert(0);
+                                *e = (*e).max(v);
+                            }
                         }
                     }
                     Err(_) => errors += 1,
@@ -197,6 +240,8 @@ async fn run(w: Workload) -> anyhow::Result<()> {
         label: label_of(&w),
         target: w.target.name().to_string(),
         concurrency: w.concurrency,
+        rate: w.rate,
+        coalesced_rpcs: target.coalesced_rpcs(),
         seconds,
         dist: w.dist.clone(),
         calls,
@@ -224,11 +269,44 @@ async fn run(w: Workload) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Starts the pacer thread: it wakes every ~100 µs (thread sleeps are precise to tens of µs,
+/// tokio's timers only to a millisecond, which would add up to 1 ms to every paced latency) and
+/// releases every call due by then. One queue per client, popped from the back.
+fn pace(
+    rate: f64,
+    clients: usize,
+    started: Instant,
+    deadline: Instant,
+) -> Vec<tokio::sync::mpsc::UnboundedReceiver<Instant>> {
+    let (senders, receivers): (Vec<_>, Vec<_>) =
+        (0..clients).map(|_| tokio::sync::mpsc::unbounded_channel()).unzip();
+    let period = Duration::from_secs_f64(1.0 / rate);
+    std::thread::spawn(move || {
+        let mut k: u32 = 0;
+        loop {
+            let now = Instant::now();
+            let mut due = started + period * k;
+            while due <= now && due < deadline {
+                let _ = senders[k as usize % senders.len()].send(due);
+                k += 1;
+                due = started + period * k;
+            }
+            if due >= deadline {
+                return; // dropping the senders ends the clients
+            }
+            std::thread::sleep((due - now).max(Duration::from_micros(100)));
+        }
+    });
+    let mut receivers = receivers;
+    receivers.reverse();
+    receivers
+}
+
 fn label_of(w: &Workload) -> String {
     w.label.clone().unwrap_or_else(|| w.target.name().to_string())
 }
 
-/// A progress line on stderr, redrawn every second on a terminal, once every 5 s otherwise.
+/// A progress bar on stderr, redrawn every second on a terminal, a line every 5 s otherwise.
 async fn progress(calls: Arc<std::sync::atomic::AtomicU64>, seconds: u64, label: String) {
     use std::io::IsTerminal;
     let tty = std::io::stderr().is_terminal();
@@ -240,7 +318,8 @@ async fn progress(calls: Arc<std::sync::atomic::AtomicU64>, seconds: u64, label:
         let elapsed = started.elapsed().as_secs();
         let n = calls.load(std::sync::atomic::Ordering::Relaxed);
         let line = format!(
-            "{label}: {elapsed:>3}/{seconds} s, {n} calls ({:.0}/s)",
+            "{label}: {} {elapsed:>3}/{seconds} s, {n} calls ({:.0}/s)",
+            bar(elapsed, seconds, 30),
             n as f64 / elapsed.max(1) as f64
         );
         if tty {
@@ -249,6 +328,14 @@ async fn progress(calls: Arc<std::sync::atomic::AtomicU64>, seconds: u64, label:
             eprintln!("{line}");
         }
     }
+}
+
+/// `[=====>      ]`, `width` characters between the brackets.
+fn bar(done: u64, total: u64, width: usize) -> String {
+    let filled = (done.min(total) as usize * width) / total.max(1) as usize;
+    let head = if filled < width { ">" } else { "" };
+    let rest = width - filled - head.len();
+    format!("[{}{head}{}]", "=".repeat(filled), " ".repeat(rest))
 }
 
 async fn crash_check(w: Workload) -> anyhow::Result<()> {
@@ -283,11 +370,59 @@ async fn crash_check(w: Workload) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Resident memory of a process, from /proc.
+fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("process {pid} is not running"))?;
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .with_context(|| format!("no VmRSS in /proc/{pid}/status"))?;
+    Ok(kb * 1024)
+}
+
+async fn touch(w: Workload, from: u64, pids: &[u32]) -> anyhow::Result<()> {
+    anyhow::ensure!(!pids.is_empty(), "--pids: the AllocSvrs to measure");
+    anyhow::ensure!(w.batch > 0, "--batch must be at least 1");
+    let before: u64 = pids.iter().map(|&p| rss_bytes(p)).sum::<anyhow::Result<u64>>()?;
+    let target = Arc::new(Target::connect(&w).await?);
+    let end = from + w.uids;
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(from));
+    let mut tasks = Vec::new();
+    for c in 0..w.concurrency {
+        let (next, mut handle) = (next.clone(), target.handle(c).await?);
+        let batch = w.batch as u64;
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let first = next.fetch_add(batch, std::sync::atomic::Ordering::Relaxed);
+                if first >= end {
+                    return anyhow::Ok(());
+                }
+                let uids: Vec<u64> = (first..(first + batch).min(end)).collect();
+                handle.next(&uids).await?;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let after: u64 = pids.iter().map(|&p| rss_bytes(p)).sum::<anyhow::Result<u64>>()?;
+    let growth = after.saturating_sub(before);
+    println!(
+        "{{\"uids_touched\": {}, \"rss_before\": {before}, \"rss_after\": {after}, \"bytes_per_uid\": {:.2}}}",
+        w.uids,
+        growth as f64 / w.uids.max(1) as f64
+    );
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Run(w) => run(w).await,
         Command::CrashCheck { workload } => crash_check(workload).await,
+        Command::Touch { workload, from, pids } => touch(workload, from, &pids).await,
         Command::PgSetup { url, uids } => target::pg_setup(&url, uids).await,
         Command::Report { results, against } => report(&results, &against),
     }
@@ -315,14 +450,21 @@ fn report(paths: &[PathBuf], against: &str) -> anyhow::Result<()> {
     }
     let med = |runs: &[RunResult], f: fn(&RunResult) -> f64| median(runs.iter().map(f).collect());
     let base = by_label.get(against).map(|r| med(r, |x| x.values_per_s));
-    println!("| target | runs | values/s (median) | {against} ÷ target | p50 µs | p99 µs | p99.9 µs | errors |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!(
+        "| target | runs | values/s (median) | {against} ÷ target | p50 µs | p99 µs | p99.9 µs | calls per RPC | errors |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
     for (label, runs) in &by_label {
         let vps = med(runs, |x| x.values_per_s);
         let ratio =
             base.map(|b| format!("{:.2}×", b / vps.max(1e-9))).unwrap_or_else(|| "-".into());
+        let per_rpc = if runs.iter().all(|r| r.coalesced_rpcs > 0) {
+            format!("{:.1}", med(runs, |x| x.calls as f64 / x.coalesced_rpcs as f64))
+        } else {
+            "1".into()
+        };
         println!(
-            "| {label} | {} | {:.0} | {ratio} | {:.0} | {:.0} | {:.0} | {} |",
+            "| {label} | {} | {:.0} | {ratio} | {:.0} | {:.0} | {:.0} | {per_rpc} | {} |",
             runs.len(),
             vps,
             med(runs, |x| x.p50_us as f64),
@@ -351,7 +493,18 @@ mod tests {
             batch: 1,
             out: None,
             last_values: None,
+            no_coalesce: false,
+            max_in_flight: 2,
+            rate: 0.0,
         }
+    }
+
+    #[test]
+    fn progress_bar_fills_with_time() {
+        assert_eq!(bar(0, 10, 10), "[>         ]");
+        assert_eq!(bar(5, 10, 10), "[=====>    ]");
+        assert_eq!(bar(10, 10, 10), "[==========]");
+        assert_eq!(bar(12, 10, 10), "[==========]");
     }
 
     #[test]

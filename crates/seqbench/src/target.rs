@@ -2,7 +2,7 @@
 
 use crate::Workload;
 use anyhow::Context;
-use seqsvr_client::seq::SeqClient;
+use seqsvr_client::seq::{SeqClient, SeqClientOptions};
 use seqsvr_core::config::ClusterConfig;
 use seqsvr_proto::v1 as pb;
 use seqsvr_proto::v1::seq_service_client::SeqServiceClient;
@@ -75,7 +75,13 @@ impl Target {
                 let seeds: Vec<String> =
                     config.sets.iter().flat_map(|s| s.allocs.clone()).collect();
                 anyhow::ensure!(!seeds.is_empty(), "{} lists no allocs", w.config.display());
-                Target::Seqsvr(Arc::new(SeqClient::connect(&seeds, Duration::from_secs(30)).await?))
+                let options = SeqClientOptions {
+                    coalesce: !w.no_coalesce,
+                    max_in_flight: w.max_in_flight,
+                    ..SeqClientOptions::default()
+                };
+                let client = SeqClient::connect_with(&seeds, Duration::from_secs(30), options);
+                Target::Seqsvr(Arc::new(client.await?))
             }
             TargetKind::Redis => Target::Redis(redis::Client::open(w.url.as_str())?),
             TargetKind::Postgres => Target::Postgres(w.url.clone()),
@@ -90,6 +96,14 @@ impl Target {
                 Target::Etcd(channels)
             }
         })
+    }
+
+    /// seqsvr: coalesced RPCs the SDK sent so far.
+    pub fn coalesced_rpcs(&self) -> u64 {
+        match self {
+            Target::Seqsvr(client) => client.coalesced_rpcs(),
+            _ => 0,
+        }
     }
 
     pub async fn handle(&self, client: usize) -> anyhow::Result<Handle> {

@@ -150,6 +150,10 @@ struct Load {
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
+/// Concurrent callers per client, sharing its `SeqClient`: their calls to one AllocSvr get
+/// coalesced into one RPC, so the SDK's coalescing is under test too.
+const WORKERS_PER_CLIENT: usize = 2;
+
 /// Each client has its own `SeqClient`, hence its own route table, as independent application
 /// servers would: during a hand-over some still go to the old owner while others already go to
 /// the new one, which is exactly where a broken hand-over shows.
@@ -160,15 +164,20 @@ fn start_load(clients: Vec<Arc<SeqClient>>, uids: Vec<(u64, u64)>, seed: u64, t0
     let tasks = clients
         .into_iter()
         .enumerate()
-        .map(|(c, client)| {
-            let (stop, ops, ok, uids) = (stop.clone(), ops.clone(), ok.clone(), uids.clone());
+        .flat_map(|(c, client)| {
+            // A few hot uids per client, overlapping between clients: a client whose uids
+            // all sit on one AllocSvr keeps its route table as long as that AllocSvr
+            // answers, like a real application server would.
+            let mut rng = StdRng::seed_from_u64(seed ^ ((c as u64 + 1) * 0x9E37_79B9));
+            let mine: Vec<(u64, u64)> =
+                (0..4).map(|_| uids[rng.random_range(0..uids.len())]).collect();
+            (0..WORKERS_PER_CLIENT).map(move |w| (c, w, client.clone(), mine.clone()))
+        })
+        .map(|(c, w, client, mine)| {
+            let (stop, ops, ok) = (stop.clone(), ops.clone(), ok.clone());
             tokio::spawn(async move {
-                let mut rng = StdRng::seed_from_u64(seed ^ ((c as u64 + 1) * 0x9E37_79B9));
-                // A few hot uids per client, overlapping between clients: a client whose uids
-                // all sit on one AllocSvr keeps its route table as long as that AllocSvr
-                // answers, like a real application server would.
-                let mine: Vec<(u64, u64)> =
-                    (0..4).map(|_| uids[rng.random_range(0..uids.len())]).collect();
+                let mut rng =
+                    StdRng::seed_from_u64(seed ^ ((c as u64 + 1) * 0x9E37_79B9) ^ (w as u64 + 1));
                 while !stop.load(Ordering::SeqCst) {
                     let (set, first) = mine[rng.random_range(0..mine.len())];
                     let batch: Vec<u64> = if rng.random_bool(0.1) {

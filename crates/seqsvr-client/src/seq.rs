@@ -466,7 +466,13 @@ impl SeqClient {
             return Err(Status::invalid_argument("empty batch: give at least one uid"));
         }
         let until = Instant::now() + deadline;
-        if let Some(&uid) = uids.iter().find(|&&u| self.table_for(u).is_none()) {
+        let unknown = {
+            let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
+            uids.iter()
+                .copied()
+                .find(|&u| !tables.iter().any(|t| t.uid_begin <= u && u < t.uid_end))
+        };
+        if let Some(uid) = unknown {
             self.locate(uid, until).await?; // learns the tables, or says which uid is outside
         }
         // Group by owner as currently known, from one look at the tables; an unrouted uid
