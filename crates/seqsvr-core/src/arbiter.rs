@@ -181,9 +181,13 @@ impl Arbiter {
             let mut fenced_moves = Vec::new();
             for (range, previous) in orphans {
                 // Free to serve at once only if the previous owner can hold no lease and will
-                // never be granted again.
+                // never be granted again, and the run is settled: an unsettled run is still
+                // fenced for the owner before, whose lease may outlast the current owner's
+                // (moving it on as settled would drop that fence).
                 let free = previous.is_none_or(|o| {
-                    self.lease_over(o.alloc, now_ms) && !self.may_grant(control, o.alloc)
+                    o.settled
+                        && self.lease_over(o.alloc, now_ms)
+                        && !self.may_grant(control, o.alloc)
                 });
                 let mut begin = range.begin();
                 while begin < range.end() {

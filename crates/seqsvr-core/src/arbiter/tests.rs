@@ -137,6 +137,42 @@ fn a_new_alloc_gets_half_of_the_largest_run() {
     assert_eq!(owners(&state), BTreeMap::from([(a, 50), (b, 50)]));
 }
 
+#[test]
+fn a_fenced_run_stays_fenced_when_its_new_owner_dies_before_it_settles() {
+    let mut state = StoreState::new();
+    let a = register(&mut state, "a:1");
+    let mut arb = Arbiter::new(0, LEASE);
+    arb.on_granted(a, HOLD);
+    let cmds = arb.plan(HOLD, state.control(), sections());
+    apply_all(&mut state, &mut arb, cmds, HOLD);
+    // a drains at t: its sections move to c, fenced while a's lease (granted at t) may run.
+    let t = HOLD + 1000;
+    let c = register(&mut state, "c:1");
+    arb.on_granted(c, t - 900); // c's last heartbeat: its lease is over long before a's
+    state.apply(&Command::SetDraining { alloc: a, draining: true });
+    arb.on_granted(a, t);
+    let cmds = arb.plan(t, state.control(), sections());
+    apply_all(&mut state, &mut arb, cmds, t);
+    assert!(state.control().assignment.runs().all(|(_, o)| o.alloc == c && !o.settled));
+    // b arrives and heartbeats; c is silent and expires at t - 900 + HOLD. Its run goes to b,
+    // but stays fenced until a's lease is surely over.
+    let b = register(&mut state, "b:1");
+    let a_lease_end = t + LEASE.lease_ms - LEASE.margin_ms;
+    let mut now = t;
+    while now < a_lease_end {
+        now += 100;
+        arb.on_granted(b, now);
+        let cmds = arb.plan(now, state.control(), sections());
+        apply_all(&mut state, &mut arb, cmds, now);
+        let b_serves = grant_for(state.control(), b);
+        assert!(
+            b_serves.is_empty(),
+            "at {now}: b is granted {b_serves:?}; a may serve until {a_lease_end}"
+        );
+    }
+    assert!(!arb.may_grant(state.control(), c), "the scenario needs c gone before a's lease ends");
+}
+
 /// One AllocSvr's view in the simulation: what it may serve and until when.
 #[derive(Clone, Debug, Default)]
 struct Claim {
@@ -207,7 +243,9 @@ proptest! {
                     state.apply(&Command::SetDraining { alloc: ids[i], draining: true });
                 }
                 Event::Restart(i) => {
-                    // A restarted process has no lease and registers anew.
+                    // A restarted process has no lease and registers anew; answers still on
+                    // their way to the old process are lost with it.
+                    claims[i].retain(|c| c.from_ms <= now);
                     claims[i].push(Claim { from_ms: now, until_ms: now, sections: Vec::new() });
                     ids[i] = register(&mut state, &format!("alloc-{i}:1"));
                 }
