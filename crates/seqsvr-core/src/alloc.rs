@@ -16,12 +16,19 @@ use std::collections::{BTreeMap, BTreeSet};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AllocConfig {
     pub section_size: u64,
-    /// How far each advance raises `max_seq`.
+    /// How far each advance raises `max_seq` at least. A section that uses up more than half of
+    /// its prefetch headroom while an advance is in flight doubles its own advance size (and
+    /// headroom), up to `MAX_STEP_GROWTH` times `step`, and halves it again once that no longer
+    /// happens: as Leaf sizes segments by how fast they go, so a hot section does not wait on
+    /// the store at every step boundary.
     pub step: u64,
     /// Ask for the next step once fewer than this many values remain above the section's
     /// highest value served (Leaf's double buffer: `0.9 * step` advances after 10% is used).
     pub prefetch_remaining: u64,
 }
+
+/// The most a section's advance size grows over `step` (bounds the gap a failover leaves).
+pub const MAX_STEP_GROWTH: u64 = 64;
 
 /// Why a request cannot be served now. Each maps to one gRPC status in the server.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -49,6 +56,21 @@ struct SectionSeqs {
     /// `max_seq` wanted; > max_seq means an advance is needed.
     want: u64,
     in_flight: bool,
+    /// This section's advance size and prefetch headroom are `growth` times the configured ones.
+    growth: u64,
+    /// `high_water` when the advance in flight was sent: what was used while it was out tells
+    /// whether the headroom is enough.
+    high_water_at_send: u64,
+}
+
+impl SectionSeqs {
+    fn step(&self, config: &AllocConfig) -> u64 {
+        config.step.saturating_mul(self.growth)
+    }
+
+    fn prefetch(&self, config: &AllocConfig) -> u64 {
+        config.prefetch_remaining.saturating_mul(self.growth)
+    }
 }
 
 #[derive(Debug)]
@@ -165,7 +187,7 @@ impl AllocTable {
     /// client SDK coalescing independent calls: one uid in a hand-over never holds up the rest.
     pub fn next_each(&mut self, uids: &[u64]) -> Vec<u64> {
         let runs = self.runs_of(uids);
-        let (size, step) = (self.config.section_size as usize, self.config.step);
+        let (size, config) = (self.config.section_size as usize, self.config);
         let mut values = Vec::with_capacity(uids.len());
         let mut touched = Vec::with_capacity(runs.len());
         for run in &runs {
@@ -177,7 +199,7 @@ impl AllocTable {
                 let index = uid as usize % size;
                 let value = current_of(s, index) + 1;
                 if value > s.max_seq {
-                    s.want = s.want.max(value + step);
+                    s.want = s.want.max(value + s.step(&config));
                     values.push(0);
                     continue;
                 }
@@ -223,10 +245,10 @@ impl AllocTable {
         }
         let mut short = None;
         for (&section, &value) in &need {
-            let step = self.config.step;
+            let config = self.config;
             let s = self.ready(section)?;
             if value > s.max_seq {
-                s.want = s.want.max(value.max(s.max_seq) + step);
+                s.want = s.want.max(value.max(s.max_seq) + s.step(&config));
                 short.get_or_insert(section);
             }
         }
@@ -242,11 +264,11 @@ impl AllocTable {
     /// Prefetch (ask for the next step before anyone has to wait for it) and bookkeeping of
     /// the sections a request served from.
     fn after_serving(&mut self, sections: impl IntoIterator<Item = SectionId> + Clone) {
-        let (step, prefetch) = (self.config.step, self.config.prefetch_remaining);
+        let config = self.config;
         for section in sections.clone() {
             if let Some(SectionState::Ready(s)) = self.sections.get_mut(&section) {
-                if s.max_seq - s.high_water < prefetch {
-                    s.want = s.want.max(s.max_seq + step);
+                if s.max_seq - s.high_water < s.prefetch(&config) {
+                    s.want = s.want.max(s.max_seq + s.step(&config));
                 }
             }
         }
@@ -323,6 +345,8 @@ impl AllocTable {
                         high_water: max_seq,
                         want: 0,
                         in_flight: false,
+                        growth: 1,
+                        high_water_at_send: max_seq,
                     });
                 }
             }
@@ -337,6 +361,7 @@ impl AllocTable {
             self.wanting.remove(&section);
             if let Some(SectionState::Ready(s)) = self.sections.get_mut(&section) {
                 s.in_flight = true;
+                s.high_water_at_send = s.high_water;
                 out.push(SectionAdvance { section, max_seq: s.want, lease_epoch: s.lease_epoch });
             }
         }
@@ -350,6 +375,21 @@ impl AllocTable {
                 s.in_flight = false;
                 if let Some(v) = committed {
                     s.max_seq = s.max_seq.max(v);
+                    let used = s.high_water - s.high_water_at_send;
+                    let prefetch = s.prefetch(&self.config);
+                    if prefetch == 0 {
+                        // No prefetch configured: advances happen on exhaustion, as asked.
+                    } else if used > prefetch / 2 {
+                        s.growth = (s.growth * 2).min(MAX_STEP_GROWTH);
+                    } else if used < prefetch / 8 {
+                        s.growth = (s.growth / 2).max(1);
+                    }
+                    // A want left over from a request that came while the advance was out is
+                    // just above the new max_seq: make the next advance a whole step, not one
+                    // store write for a few values.
+                    if s.want > s.max_seq {
+                        s.want = s.want.max(s.max_seq + s.step(&self.config));
+                    }
                 }
             }
         }

@@ -106,6 +106,63 @@ fn next_each_serves_what_it_can_and_waits_for_nothing() {
 }
 
 #[test]
+fn a_section_used_fast_during_its_advances_grows_its_step_and_shrinks_back() {
+    let mut t = AllocTable::new(config(10)); // prefetch once fewer than 9 remain
+    let runs = t.grant(&all(1, 1));
+    t.loaded(runs[0].0, 1, &BTreeMap::new());
+    let mut store = BTreeMap::new();
+    assert_eq!(t.next(1), Err(SeqError::Exhausted(SectionId(0))));
+    commit_wanted(&mut t, &mut store); // max_seq 11
+                                       // Use 2 values: 9 remain... the third leaves 8 < 9 and asks for 11 + 10.
+    for _ in 0..3 {
+        t.next(1).unwrap();
+    }
+    let sent = t.take_wanted(10);
+    assert_eq!(sent[0].max_seq, 21);
+    // While it is out, 6 more values go (more than half of the headroom of 9).
+    for _ in 0..6 {
+        t.next(1).unwrap();
+    }
+    t.advanced(SectionId(0), 1, Some(21));
+    // 21 - 9 = 12 remain, not below the doubled headroom (18)? It is: ask for 21 + 20.
+    t.next(1).unwrap();
+    let sent = t.take_wanted(10);
+    assert_eq!(sent[0].max_seq, 41, "the advance size doubled");
+    // Slow use while the next one is out: the size halves again.
+    t.advanced(SectionId(0), 1, Some(41));
+    let mut v = 0;
+    while !t.has_wanted() {
+        v = t.next(1).unwrap();
+    }
+    let sent = t.take_wanted(10);
+    assert!(v >= 23, "the doubled headroom (18 of 41) was reached at {v}");
+    assert_eq!(sent[0].max_seq, 41 + 10, "back to one step after a slow round");
+    // Growth is bounded.
+    let mut t = AllocTable::new(config(10));
+    let runs = t.grant(&all(1, 1));
+    t.loaded(runs[0].0, 1, &BTreeMap::new());
+    let mut max_seq = 0;
+    for _ in 0..20 {
+        while !t.has_wanted() {
+            match t.next(1) {
+                Ok(_) | Err(SeqError::Exhausted(_)) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let sent = t.take_wanted(10);
+        // Use everything up to the old max_seq while the advance is out.
+        while t.next(1).is_ok() {}
+        max_seq = sent[0].max_seq;
+        t.advanced(SectionId(0), 1, Some(max_seq));
+    }
+    let before = max_seq;
+    while !t.has_wanted() {
+        let _ = t.next(1);
+    }
+    assert_eq!(t.take_wanted(10)[0].max_seq - before, 10 * MAX_STEP_GROWTH);
+}
+
+#[test]
 fn regrant_with_new_epoch_reloads_and_dropped_sections_stop() {
     let mut t = AllocTable::new(config(10));
     let runs = t.grant(&all(2, 1));
