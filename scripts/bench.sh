@@ -133,6 +133,7 @@ done
 first=${dists%% *}
 half_seqsvr=$(python3 -c "print(round($(median_of calls_per_s "$results/$first"/seqsvr-[0-9]*.json) / 2))")
 half_redis=$(python3 -c "print(round($(median_of calls_per_s "$results/$first"/redis-everysec-*.json) / 2))")
+half_floor=$(python3 -c "print(round($(median_of calls_per_s "$results/$first"/floor-*.json) / 2))")
 mkdir -p "$results/half"
 common=(--concurrency "$concurrency" --seconds "$seconds" --uids "$uids" --dist "$first")
 for r in $(seq 1 "$runs"); do
@@ -141,6 +142,11 @@ for r in $(seq 1 "$runs"); do
     "${common[@]}" --out "$results/half/seqsvr-$r.json"
   "$bench" run --target redis --label "redis everysec at $half_redis/s" --url redis://127.0.0.1:6390/ \
     --rate "$half_redis" "${common[@]}" --out "$results/half/redis-everysec-$r.json"
+  # Controls: the bare RPC stack, and seqsvr one RPC per call, at half of the floor's peak.
+  "$bench" run --target floor --label "floor at $half_floor/s" --rate "$half_floor" "${common[@]}" \
+    --out "$results/half/floor-$r.json"
+  "$bench" run --target seqsvr --label "seqsvr, no coalescing, at $half_floor/s" --no-coalesce \
+    --config "$cfg" --rate "$half_floor" "${common[@]}" --out "$results/half/seqsvr-single-$r.json"
 done
 
 # --- Step boundaries: the same paced Zipf load (hot uids cross step boundaries often) with

@@ -26,6 +26,7 @@ use rand_distr::{Distribution, Zipf};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use target::{Target, TargetKind};
@@ -53,8 +54,12 @@ struct Workload {
     url: String,
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
+    /// Run for this long (the upper bound when `--calls` is given).
     #[arg(long, default_value_t = 10)]
     seconds: u64,
+    /// Stop after this many calls in all (0 = run for `--seconds`).
+    #[arg(long, default_value_t = 0)]
+    calls: u64,
     /// Uids drawn from [0, uids).
     #[arg(long, default_value_t = 100_000)]
     uids: u64,
@@ -171,6 +176,7 @@ async fn run(w: Workload) -> anyhow::Result<()> {
     // to client k % concurrency.
     let mut pacer_queues = (w.rate > 0.0).then(|| pace(w.rate, w.concurrency, started, deadline));
     let done_calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let started_calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let progress = tokio::spawn(progress(done_calls.clone(), w.seconds, label_of(&w)));
     let mut tasks = Vec::new();
     for c in 0..w.concurrency {
@@ -179,6 +185,7 @@ async fn run(w: Workload) -> anyhow::Result<()> {
         let mut next_uid = uid_source(&w, c as u64 + 1)?;
         let mut handle = target.handle(c).await?;
         let mut due_times = pacer_queues.as_mut().and_then(|q| q.pop());
+        let (started_calls, max_calls) = (started_calls.clone(), w.calls);
         tasks.push(tokio::spawn(async move {
             let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
             let (mut calls, mut values, mut errors) = (0u64, 0u64, 0u64);
@@ -192,6 +199,9 @@ async fn run(w: Workload) -> anyhow::Result<()> {
                     None if Instant::now() < deadline => Instant::now(),
                     None => break,
                 };
+                if max_calls > 0 && started_calls.fetch_add(1, Ordering::Relaxed) >= max_calls {
+                    break;
+                }
                 let uids: Vec<u64> = (0..batch).map(|_| next_uid()).collect();
                 match handle.next(&uids).await {
                     Ok(got) => {
@@ -488,6 +498,7 @@ mod tests {
             url: String::new(),
             concurrency: 1,
             seconds: 1,
+            calls: 0,
             uids: 1000,
             dist: dist.into(),
             batch: 1,
