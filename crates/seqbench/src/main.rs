@@ -518,6 +518,26 @@ mod tests {
         assert_eq!(bar(12, 10, 10), "[==========]");
     }
 
+    #[tokio::test]
+    async fn the_pacer_hands_out_every_due_time_once_round_robin() {
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(50);
+        let mut queues = pace(1000.0, 4, started, deadline);
+        queues.reverse(); // popped from the back: client 0 is the last
+        let mut all = Vec::new();
+        for (c, q) in queues.iter_mut().enumerate() {
+            let mut mine = Vec::new();
+            while let Some(due) = q.recv().await {
+                mine.push(due);
+            }
+            for (k, due) in mine.iter().enumerate() {
+                assert_eq!(*due, started + Duration::from_millis((k * 4 + c) as u64));
+            }
+            all.extend(mine);
+        }
+        assert_eq!(all.len(), 50, "one call per ms for 50 ms");
+    }
+
     #[test]
     fn medians() {
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
