@@ -90,10 +90,6 @@ fn owner_entry(table: &pb::RouteTable, uid: u64) -> Option<&pb::RouteEntry> {
     table.entries.get(i).filter(hit).or_else(|| table.entries.iter().find(hit))
 }
 
-fn owner_addr(table: &pb::RouteTable, uid: u64) -> Option<String> {
-    owner_entry(table, uid).map(|e| e.addr.clone())
-}
-
 /// One AllocSvr's coalescing task: takes the first waiting call, waits for an in-flight slot
 /// (calls pile up meanwhile), then sends everything waiting as one RPC.
 async fn coalesce(
@@ -289,29 +285,37 @@ impl SeqClient {
         tables.iter().find(|t| t.uid_begin <= uid && uid < t.uid_end).cloned()
     }
 
-    /// Where `uid` is served and the route version we hold for its set.
+    /// Where `uid` is served and the route version we hold for its set, from one look at the
+    /// tables (every call goes through here: no table is copied). None: no set's table has it.
+    fn route_of(&self, uid: u64) -> Option<Result<(String, u64), Status>> {
+        let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
+        let table = tables.iter().find(|t| t.uid_begin <= uid && uid < t.uid_end)?;
+        Some(match owner_entry(table, uid) {
+            Some(e) => Ok((e.addr.clone(), table.version)),
+            None => Err(Status::unavailable(format!(
+                "no AllocSvr serves uid {uid}'s section yet (route table v{} of set {})",
+                table.version, table.set_id
+            ))),
+        })
+    }
+
+    /// `route_of`, learning the tables from the seeds first if no table has `uid`.
     async fn locate(&self, uid: u64, until: Instant) -> Result<(String, u64), Status> {
-        if self.table_for(uid).is_none() {
-            self.refresh_from(&self.seeds, until).await;
+        if let Some(route) = self.route_of(uid) {
+            return route;
         }
-        let Some(table) = self.table_for(uid) else {
+        self.refresh_from(&self.seeds, until).await;
+        self.route_of(uid).unwrap_or_else(|| {
             let sets: Vec<String> = self
                 .route_tables()
                 .iter()
                 .map(|t| format!("set {} [{}, {})", t.set_id, t.uid_begin, t.uid_end))
                 .collect();
-            return Err(Status::invalid_argument(format!(
+            Err(Status::invalid_argument(format!(
                 "uid {uid} is outside every set of the cluster ({})",
                 sets.join(", ")
-            )));
-        };
-        match owner_addr(&table, uid) {
-            Some(addr) => Ok((addr, table.version)),
-            None => Err(Status::unavailable(format!(
-                "no AllocSvr serves uid {uid}'s section yet (route table v{} of set {})",
-                table.version, table.set_id
-            ))),
-        }
+            )))
+        })
     }
 
     /// The retry loop shared by every call: `attempt(client, addr, route_version, timeout)`.
