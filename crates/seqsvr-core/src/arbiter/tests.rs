@@ -40,6 +40,20 @@ fn apply_all(state: &mut StoreState, arbiter: &mut Arbiter, commands: Vec<Comman
     }
 }
 
+/// AllocSvrs at `addrs`, granted at the end of a new leader's wait (at 0), and the sections
+/// the leader's first plan assigned them.
+fn assigned_at_first_plan(addrs: &[&str]) -> (StoreState, Arbiter, Vec<AllocId>) {
+    let mut state = StoreState::new();
+    let ids: Vec<AllocId> = addrs.iter().map(|addr| register(&mut state, addr)).collect();
+    let mut arb = Arbiter::new(0, LEASE);
+    for &id in &ids {
+        arb.on_granted(id, HOLD);
+    }
+    let cmds = arb.plan(HOLD, state.control(), sections());
+    apply_all(&mut state, &mut arb, cmds, HOLD);
+    (state, arb, ids)
+}
+
 fn owners(state: &StoreState) -> BTreeMap<AllocId, u64> {
     state.control().assignment.load()
 }
@@ -62,14 +76,8 @@ fn new_leader_waits_a_lease_then_splits_sections_between_live_allocs() {
 
 #[test]
 fn dead_alloc_is_expired_then_its_sections_move_settled() {
-    let mut state = StoreState::new();
-    let a = register(&mut state, "a:1");
-    let b = register(&mut state, "b:1");
-    let mut arb = Arbiter::new(0, LEASE);
-    arb.on_granted(a, HOLD);
-    arb.on_granted(b, HOLD);
-    let cmds = arb.plan(HOLD, state.control(), sections());
-    apply_all(&mut state, &mut arb, cmds, HOLD);
+    let (mut state, mut arb, ids) = assigned_at_first_plan(&["a:1", "b:1"]);
+    let (a, b) = (ids[0], ids[1]);
     // b keeps heartbeating; a stops after its grant at HOLD.
     let mut now = HOLD;
     while now < HOLD + HOLD {
@@ -91,14 +99,8 @@ fn dead_alloc_is_expired_then_its_sections_move_settled() {
 
 #[test]
 fn draining_moves_sections_behind_a_fence_then_settles() {
-    let mut state = StoreState::new();
-    let a = register(&mut state, "a:1");
-    let b = register(&mut state, "b:1");
-    let mut arb = Arbiter::new(0, LEASE);
-    arb.on_granted(a, HOLD);
-    arb.on_granted(b, HOLD);
-    let cmds = arb.plan(HOLD, state.control(), sections());
-    apply_all(&mut state, &mut arb, cmds, HOLD);
+    let (mut state, mut arb, ids) = assigned_at_first_plan(&["a:1", "b:1"]);
+    let (a, b) = (ids[0], ids[1]);
     state.apply(&Command::SetDraining { alloc: a, draining: true });
     let t = HOLD + 100;
     arb.on_granted(a, t);
@@ -122,12 +124,8 @@ fn draining_moves_sections_behind_a_fence_then_settles() {
 
 #[test]
 fn a_new_alloc_gets_half_of_the_largest_run() {
-    let mut state = StoreState::new();
-    let a = register(&mut state, "a:1");
-    let mut arb = Arbiter::new(0, LEASE);
-    arb.on_granted(a, HOLD);
-    let cmds = arb.plan(HOLD, state.control(), sections());
-    apply_all(&mut state, &mut arb, cmds, HOLD);
+    let (mut state, mut arb, ids) = assigned_at_first_plan(&["a:1"]);
+    let a = ids[0];
     let b = register(&mut state, "b:1");
     arb.on_granted(a, HOLD + 10);
     arb.on_granted(b, HOLD + 10);
@@ -139,12 +137,8 @@ fn a_new_alloc_gets_half_of_the_largest_run() {
 
 #[test]
 fn a_fenced_run_stays_fenced_when_its_new_owner_dies_before_it_settles() {
-    let mut state = StoreState::new();
-    let a = register(&mut state, "a:1");
-    let mut arb = Arbiter::new(0, LEASE);
-    arb.on_granted(a, HOLD);
-    let cmds = arb.plan(HOLD, state.control(), sections());
-    apply_all(&mut state, &mut arb, cmds, HOLD);
+    let (mut state, mut arb, ids) = assigned_at_first_plan(&["a:1"]);
+    let a = ids[0];
     // a drains at t: its sections move to c, fenced while a's lease (granted at t) may run.
     let t = HOLD + 1000;
     let c = register(&mut state, "c:1");
