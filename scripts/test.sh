@@ -22,27 +22,24 @@ echo ">> short nemesis run (every fault kind; history in $out/main)"
 
 # Teeth: deliberately broken builds must be caught.
 build_teeth_bins no-lease-wait no-fencing
-echo ">> teeth: the nemesis must catch no-lease-wait (exit 1 = violations found)"
-set +e
-SEQSVR_BIN_DIR="$CARGO_TARGET_DIR/teeth/no-lease-wait" "$SEQSVR_BIN/seqcheck" nemesis \
-  --seconds 30 --seed 1 --step 100000 --faults partition-alloc,pause-alloc,kill-alloc \
-  --out "$out/teeth-no-lease-wait"
-rc=$?
-set -e
-if [ $rc -ne 1 ]; then
-  echo "error: the nemesis did not catch teeth-no-lease-wait (exit $rc, expected 1)" >&2
-  exit 1
-fi
+# A teeth build must make the nemesis report violations (exit 1); anything else fails the run.
+expect_caught() { # teeth-name, then seqcheck nemesis arguments
+  local name=$1 rc
+  shift
+  echo ">> teeth: the nemesis must catch $name (exit 1 = violations found)"
+  set +e
+  SEQSVR_BIN_DIR="$CARGO_TARGET_DIR/teeth/$name" "$SEQSVR_BIN/seqcheck" nemesis "$@" \
+    --out "$out/teeth-$name"
+  rc=$?
+  set -e
+  if [ $rc -ne 1 ]; then
+    echo "error: the nemesis did not catch teeth-$name (exit $rc, expected 1)" >&2
+    exit 1
+  fi
+}
+expect_caught no-lease-wait --seconds 30 --seed 1 --step 100000 \
+  --faults partition-alloc,pause-alloc,kill-alloc
 # With leases intact a stale advance hands out nothing, so missing fencing only shows when an
 # AllocSvr misses the end of its lease: the zombie-advance fault plays exactly that.
-echo ">> teeth: the nemesis must catch no-fencing"
-set +e
-SEQSVR_BIN_DIR="$CARGO_TARGET_DIR/teeth/no-fencing" "$SEQSVR_BIN/seqcheck" nemesis \
-  --seconds 10 --seed 1 --sets 1 --faults zombie-advance --out "$out/teeth-no-fencing"
-rc=$?
-set -e
-if [ $rc -ne 1 ]; then
-  echo "error: the nemesis did not catch teeth-no-fencing (exit $rc, expected 1)" >&2
-  exit 1
-fi
+expect_caught no-fencing --seconds 10 --seed 1 --sets 1 --faults zombie-advance
 echo ">> nemesis and teeth checks passed (histories in $out)"
