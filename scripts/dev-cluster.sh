@@ -40,19 +40,29 @@ up() {
   build_release_bins
   mkdir -p "$LOCAL/pids" "$LOCAL/logs"
   [ -f "$CONFIG" ] || cp config/cluster.toml "$CONFIG"
+  # Explicit bootstrap: the sets are created once (state `new`, marked by data/local/created);
+  # every later start says `existing`, so a store whose data dir went missing comes back as an
+  # empty, non-voting member that must be re-added (README: "Replace a dead member").
+  local state=existing
+  if [ ! -e "$LOCAL/created" ]; then
+    state=new
+  fi
   for name in $NAMES; do
     if ours_running "$(pid_file "$name")"; then
       echo ">> $name already running (pid $(cat "$(pid_file "$name")"))"
       continue
     fi
+    local extra=()
+    [[ $name == store-* ]] && extra=(--initial-cluster-state "$state")
     # shellcheck disable=SC2086
-    nohup "$SEQSVR_BIN"/${PROCS[$name]} >>"$LOCAL/logs/$name.log" 2>&1 </dev/null &
+    nohup "$SEQSVR_BIN"/${PROCS[$name]} "${extra[@]}" >>"$LOCAL/logs/$name.log" 2>&1 </dev/null &
     echo $! >"$(pid_file "$name")"
     echo ">> started $name (pid $!), log: data/local/logs/$name.log"
   done
   echo ">> waiting until both sets serve (a new store leader first waits one lease)"
   for _ in $(seq 1 600); do
     if seqctl --timeout-ms 1000 get 42 2147500042 >/dev/null 2>&1; then
+      touch "$LOCAL/created"
       seqctl status || true
       cat <<MSG
 

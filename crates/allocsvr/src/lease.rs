@@ -3,8 +3,9 @@
 //! - the **lease loop** registers with the store, heartbeats every `heartbeat_ms`, installs each
 //!   grant (sections it may serve, with lease epochs), loads newly granted sections' `max_seq`,
 //!   and keeps the route table fresh. The lease runs until `send time of the heartbeat + lease -
-//!   margin` on this process's monotonic clock (`Instant`): wall-clock jumps cannot extend it,
-//!   and a process paused past it finds it lapsed when it wakes.
+//!   margin` on `CLOCK_BOOTTIME` ([`BootInstant`]): wall-clock jumps cannot extend it, and a
+//!   process paused (SIGSTOP) or a host suspended past it finds it lapsed when it wakes (Tokio's
+//!   `Instant` is `CLOCK_MONOTONIC`, which stops during a suspend: it only paces the loops).
 //! - the **advancer** batches every section that wants a higher `max_seq` into one
 //!   `AdvanceMaxSeq` (fenced by alloc id and lease epochs) and publishes the committed values.
 
@@ -13,7 +14,9 @@ use seqsvr_client::store::StoreClient;
 use seqsvr_core::alloc::{AllocConfig as TableConfig, AllocTable};
 use seqsvr_core::ids::{AllocId, SectionId};
 use seqsvr_core::section::SectionRange;
+use seqsvr_core::store::SectionAdvance;
 use seqsvr_proto::v1 as pb;
+use seqsvr_server::BootInstant;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::{watch, Notify};
@@ -24,15 +27,44 @@ use tonic::Code;
 /// work, never across an `.await`.
 pub struct Inner {
     pub table: AllocTable,
-    /// Serve only while `now < lease_until`. None: no lease (never had one, or it was revoked).
-    pub lease_until: Option<Instant>,
+    /// Serve only while `now < lease_until` on `CLOCK_BOOTTIME`. None: no lease (never had
+    /// one, or it was revoked).
+    pub lease_until: Option<BootInstant>,
     pub alloc_id: Option<AllocId>,
+    /// The newest route table this AllocSvr has seen (versions only go up).
     pub route: pb::RouteTable,
 }
 
+/// When a lease granted by a heartbeat sent at `sent` ends: `sent + lease - margin` (a margin
+/// at least the lease gives no lease at all).
+pub fn lease_end(sent: BootInstant, lease_ms: u64, lease_margin_ms: u64) -> BootInstant {
+    sent + Duration::from_millis(lease_ms.saturating_sub(lease_margin_ms))
+}
+
 impl Inner {
-    pub fn lease_valid(&self, now: Instant) -> bool {
+    pub fn lease_valid(&self, now: BootInstant) -> bool {
         self.lease_until.is_some_and(|until| now < until)
+    }
+
+    /// A renewal ending at `until`. Heartbeats are sequential, so their send times only grow;
+    /// taking the later end anyway means a late answer can never shorten the lease.
+    pub fn extend_lease(&mut self, until: BootInstant) {
+        self.lease_until = Some(self.lease_until.map_or(until, |u| u.max(until)));
+    }
+
+    /// Keeps `table` if it is newer than ours; a table never goes back. Returns whether it was
+    /// installed.
+    pub fn install_route(&mut self, table: pb::RouteTable) -> bool {
+        if table.set_id != self.route.set_id || table.version <= self.route.version {
+            return false;
+        }
+        tracing::info!(
+            version = table.version,
+            entries = table.entries.len(),
+            "route table updated"
+        );
+        self.route = table;
+        true
     }
 
     /// Whether the route table names this AllocSvr as the owner of `section` (a hand-over to us
@@ -120,14 +152,17 @@ pub async fn lease_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             },
         };
         let route_version = shared.lock().route.version;
+        // Both clocks read before the send: the lease may only start earlier than the store's
+        // grant, never later.
         let sent = Instant::now();
+        let sent_boot = BootInstant::now();
         match shared.store.heartbeat(alloc, route_version, heartbeat).await {
             Ok(reply) => {
                 if last_error.take().is_some() {
                     tracing::info!(alloc = %alloc, "lease renewed again");
                 }
                 backoff = Duration::from_millis(50);
-                install_grant(&shared, alloc, sent, reply);
+                install_grant(&shared, alloc, sent_boot, reply);
             }
             Err(status) if matches!(status.code(), Code::NotFound | Code::FailedPrecondition) => {
                 tracing::warn!(alloc = %alloc, reason = %status.message(),
@@ -151,20 +186,30 @@ pub async fn lease_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         let next = sent + heartbeat;
         tokio::select! {
             _ = tokio::time::sleep_until(next) => {}
-            _ = shared.wake_heartbeat.notified() => {}
+            _ = shared.wake_heartbeat.notified() => {
+                // Woken early (a fenced advance, a client that knows a newer route table): at
+                // most one early heartbeat per `EARLY_HEARTBEAT_GAP`, however many ask.
+                let early = sent + EARLY_HEARTBEAT_GAP.min(heartbeat);
+                tokio::select! {
+                    _ = tokio::time::sleep_until(early) => {}
+                    _ = stop.changed() => return,
+                }
+            }
             _ = stop.changed() => return,
         }
     }
 }
 
+/// The least time between the sends of two heartbeats when one is asked for early.
+const EARLY_HEARTBEAT_GAP: Duration = Duration::from_millis(20);
+
 fn install_grant(
     shared: &Arc<Shared>,
     alloc: AllocId,
-    sent: Instant,
+    sent: BootInstant,
     reply: pb::HeartbeatResponse,
 ) {
-    let lease_ms = reply.lease_ms.saturating_sub(reply.lease_margin_ms);
-    let until = sent + Duration::from_millis(lease_ms);
+    let until = lease_end(sent, reply.lease_ms, reply.lease_margin_ms);
     let runs: Vec<(SectionRange, u64)> = reply
         .runs
         .iter()
@@ -175,17 +220,9 @@ fn install_grant(
         .collect();
     let to_load = {
         let mut inner = shared.lock();
-        // Heartbeats are sequential, so `sent` only grows and so does the lease.
-        inner.lease_until = Some(inner.lease_until.map_or(until, |u| u.max(until)));
+        inner.extend_lease(until);
         if let Some(table) = reply.route_table {
-            if table.version > inner.route.version {
-                tracing::info!(
-                    version = table.version,
-                    entries = table.entries.len(),
-                    "route table updated"
-                );
-                inner.route = table;
-            }
+            inner.install_route(table);
         }
         inner.table.grant(&runs)
     };
@@ -237,11 +274,24 @@ pub async fn advancer(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             }
             continue;
         };
-        match shared.store.advance_as(Some(alloc), &batch, wait).await {
+        let result = shared.store.advance_as(Some(alloc), &batch, wait).await.and_then(|values| {
+            // Checked in every build: committing one section's value to another would serve
+            // values above what the store committed for it (I2). A reply that does not pair up
+            // is a store bug; it is treated as "not committed", never trusted in part (a panic
+            // would kill this task and leave every section waiting for advances forever).
+            if pairs_with(&batch, &values) {
+                Ok(values)
+            } else {
+                tracing::error!(asked = ?batch.iter().map(|a| a.section.0).collect::<Vec<_>>(),
+                    answered = ?values.iter().map(|(s, _)| s.0).collect::<Vec<_>>(),
+                    "the store answered an advance for other sections than asked: ignored");
+                Err(tonic::Status::internal("advance answer does not pair with the request"))
+            }
+        });
+        match result {
             Ok(values) => {
                 let mut inner = shared.lock();
                 for (a, (section, committed)) in batch.iter().zip(values) {
-                    debug_assert_eq!(a.section, section);
                     inner.table.advanced(section, a.lease_epoch, Some(committed));
                 }
                 drop(inner);
@@ -270,6 +320,11 @@ pub async fn advancer(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     }
 }
 
+/// Whether the store's answer to an advance names exactly the sections asked, in order.
+fn pairs_with(batch: &[SectionAdvance], values: &[(SectionId, u64)]) -> bool {
+    values.len() == batch.len() && batch.iter().zip(values).all(|(a, (s, _))| a.section == *s)
+}
+
 async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) {
     tokio::select! {
         _ = tokio::time::sleep(d) => {}
@@ -283,5 +338,77 @@ fn note_error(last: &mut Option<String>, what: &str, status: &tonic::Status) {
     if last.as_deref() != Some(text.as_str()) {
         tracing::warn!(error = %text, "{what}");
         *last = Some(text);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inner() -> Inner {
+        let table =
+            AllocTable::new(TableConfig { section_size: 10, step: 10, prefetch_remaining: 9 });
+        let route = pb::RouteTable { set_id: 1, version: 3, ..Default::default() };
+        Inner { table, lease_until: None, alloc_id: Some(AllocId(1)), route }
+    }
+
+    fn at(ms: u64) -> BootInstant {
+        BootInstant::from_since_boot(Duration::from_millis(ms))
+    }
+
+    /// Injected boot-clock times: the lease runs from the heartbeat's send time for
+    /// `lease - margin`, never shrinks, and a margin of a whole lease gives none.
+    #[test]
+    fn the_lease_runs_from_the_send_time_for_lease_minus_margin() {
+        let mut inner = inner();
+        assert!(!inner.lease_valid(at(0)), "no lease before the first grant");
+        inner.extend_lease(lease_end(at(100_000), 5_000, 500));
+        assert!(inner.lease_valid(at(100_000)));
+        assert!(inner.lease_valid(at(104_499)));
+        assert!(!inner.lease_valid(at(104_500)), "ends at send + lease - margin");
+        // A host suspended for an hour wakes with its boot clock an hour later: lapsed.
+        assert!(!inner.lease_valid(at(100_000 + 3_600_000)));
+        // An older heartbeat's late answer never shortens it; a newer one extends it.
+        inner.extend_lease(lease_end(at(99_000), 5_000, 500));
+        assert!(inner.lease_valid(at(104_499)));
+        inner.extend_lease(lease_end(at(101_000), 5_000, 500));
+        assert!(inner.lease_valid(at(105_499)) && !inner.lease_valid(at(105_500)));
+        let mut other = self::inner();
+        other.extend_lease(lease_end(at(100_000), 500, 800));
+        assert!(!other.lease_valid(at(100_000)), "margin >= lease: no lease at all");
+    }
+
+    /// The lease is measured on CLOCK_BOOTTIME: `lease_valid` with the boot clock's now.
+    #[test]
+    fn the_lease_is_on_the_boot_clock() {
+        let mut inner = inner();
+        let sent = BootInstant::now();
+        inner.extend_lease(lease_end(sent, 60_000, 500));
+        assert!(inner.lease_valid(BootInstant::now()));
+        let boot = seqsvr_server::clock::boottime_now();
+        assert!(inner.lease_until.unwrap().since_boot() > boot, "on the boot clock's scale");
+        assert!(inner.lease_until.unwrap().since_boot() <= boot + Duration::from_secs(60));
+    }
+
+    #[test]
+    fn route_tables_never_go_back() {
+        let mut inner = inner();
+        let table = |version| pb::RouteTable { set_id: 1, version, ..Default::default() };
+        assert!(!inner.install_route(table(2)), "older");
+        assert!(!inner.install_route(table(3)), "same version");
+        assert!(inner.install_route(table(7)));
+        assert!(!inner.install_route(table(5)), "a late answer with an older table");
+        assert!(!inner.install_route(pb::RouteTable { set_id: 2, version: 9, ..table(0) }));
+        assert_eq!(inner.route.version, 7);
+    }
+
+    #[test]
+    fn an_advance_answer_must_pair_with_the_request() {
+        let a = |s| SectionAdvance { section: SectionId(s), max_seq: 100, lease_epoch: 1 };
+        let batch = [a(1), a(2)];
+        assert!(pairs_with(&batch, &[(SectionId(1), 100), (SectionId(2), 120)]));
+        assert!(!pairs_with(&batch, &[(SectionId(2), 100), (SectionId(1), 120)]), "order");
+        assert!(!pairs_with(&batch, &[(SectionId(1), 100)]), "too few");
+        assert!(!pairs_with(&batch, &[(SectionId(1), 1), (SectionId(2), 1), (SectionId(3), 1)]));
     }
 }

@@ -8,6 +8,7 @@ use crate::lease::{Inner, Shared};
 use seqsvr_core::alloc::SeqError;
 use seqsvr_core::ids::SectionId;
 use seqsvr_proto::v1::{self as pb};
+use seqsvr_server::BootInstant;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -85,7 +86,7 @@ impl SeqServer {
         op: &impl Fn(&mut Inner) -> Result<T, SeqError>,
     ) -> Attempt<T> {
         let mut inner = self.shared.lock();
-        if !inner.lease_valid(Instant::now()) {
+        if !inner.lease_valid(BootInstant::now()) {
             return Attempt::Wait(Status::unavailable(
                 "this AllocSvr holds no valid lease (store unreachable, or its registration is \
                  being renewed); retry, possibly at another AllocSvr",
@@ -106,6 +107,16 @@ impl SeqServer {
                         "section {section} is being handed over to this AllocSvr; it serves once \
                          the previous owner's lease has run out"
                     )))
+                } else if route_version > inner.route.version {
+                    // The client knows a newer table than ours, and it routed the section here:
+                    // our table (and grant) lag. NOT_OWNER with our older table would send it
+                    // straight back; learn the newer state from the store instead.
+                    self.shared.wake_heartbeat.notify_one();
+                    Attempt::Wait(Status::unavailable(format!(
+                        "section {section} is not served here under route table v{}, but the \
+                         client has v{route_version}: this AllocSvr is catching up with the store",
+                        inner.route.version
+                    )))
                 } else {
                     Attempt::Done(Err(not_owner(section, &inner.route)))
                 }
@@ -119,6 +130,10 @@ impl SeqServer {
                     "section {section} waits for the store to commit a higher max_seq (store \
                      slow or without quorum?)"
                 )))
+            }
+            // Final: no advance can help, so the caller must not wait or retry.
+            Err(e @ SeqError::Ceiling(_)) => {
+                Attempt::Done(Err(Status::resource_exhausted(e.to_string())))
             }
         }
     }
@@ -199,5 +214,109 @@ impl pb::seq_service_server::SeqService for SeqServer {
     ) -> Result<Response<pb::GetRouteTableResponse>, Status> {
         let route = self.shared.lock().route.clone();
         Ok(Response::new(pb::GetRouteTableResponse { route_table: Some(route) }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::AllocConfig;
+    use pb::seq_service_server::SeqService as _;
+    use seqsvr_core::config::AllocTuning;
+    use seqsvr_core::ids::{AllocId, NodeId, SetId};
+    use seqsvr_core::section::SectionRange;
+    use std::collections::BTreeMap;
+
+    /// An AllocSvr (alloc 1) with a valid lease that owns section 1 (uids 10..20) at epoch 1,
+    /// loaded at `max_seq`, and route table v3 in which alloc 2 owns section 0.
+    fn server(max_seq: u64) -> SeqServer {
+        let config = AllocConfig {
+            set_id: SetId(1),
+            addr: "127.0.0.1:1".into(),
+            listen: "127.0.0.1:1".parse().unwrap(),
+            uid_begin: 0,
+            uid_end: 100,
+            section_size: 10,
+            stores: vec![(NodeId(1), "127.0.0.1:1".into())],
+            tuning: AllocTuning::default(),
+            max_batch_sections: 100,
+        };
+        let shared = crate::lease::Shared::new(config).unwrap();
+        {
+            let mut inner = shared.lock();
+            inner.alloc_id = Some(AllocId(1));
+            inner.extend_lease(BootInstant::now() + Duration::from_secs(60));
+            let runs = [(SectionRange::new(SectionId(1), SectionId(2)).unwrap(), 1)];
+            inner.table.grant(&runs);
+            inner.table.loaded(runs[0].0, 1, &BTreeMap::from([(SectionId(1), max_seq)]));
+            let entry = |begin, end, alloc| pb::RouteEntry {
+                section_begin: begin,
+                section_end: end,
+                alloc_id: alloc,
+                addr: format!("alloc-{alloc}:1"),
+            };
+            inner.route = pb::RouteTable {
+                set_id: 1,
+                version: 3,
+                uid_begin: 0,
+                uid_end: 100,
+                section_size: 10,
+                entries: vec![entry(0, 1, 2), entry(1, 2, 1)],
+            };
+        }
+        SeqServer { shared }
+    }
+
+    fn next(uid: u64, route_version: u64) -> Request<pb::NextRequest> {
+        let mut r = Request::new(pb::NextRequest { uid, route_version });
+        r.set_timeout(Duration::from_millis(300));
+        r
+    }
+
+    /// A client with a table newer than ours must not get our older table back (it would be
+    /// sent straight back here): the AllocSvr waits for its heartbeat instead, and asks for one
+    /// at once. A client with an older or equal table gets NOT_OWNER with ours.
+    #[tokio::test]
+    async fn not_owner_never_answers_a_client_with_an_older_table() {
+        let s = server(0);
+        let status = s.next(next(5, 4)).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+        assert!(seqsvr_client::seq::route_table_of(&status).is_none());
+        let woken =
+            tokio::time::timeout(Duration::from_millis(100), s.shared.wake_heartbeat.notified())
+                .await;
+        assert!(woken.is_ok(), "a heartbeat was asked for");
+        for version in [1, 3] {
+            let status = s.next(next(5, version)).await.unwrap_err();
+            assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+            let table = seqsvr_client::seq::route_table_of(&status).expect("a table");
+            assert_eq!(table.version, 3);
+        }
+    }
+
+    /// A section whose values reached the ceiling answers RESOURCE_EXHAUSTED at once, from
+    /// `next`, from an all-or-nothing batch, and (as 0) from an independent batch.
+    #[tokio::test]
+    async fn a_section_at_the_ceiling_answers_resource_exhausted_at_once() {
+        let s = server(18_446_744_073_709_550_000);
+        let started = tokio::time::Instant::now();
+        let status = s.next(next(15, 3)).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+        assert!(status.message().contains("ceiling of max_seq 2^63"), "{}", status.message());
+        let batch = |independent| {
+            let mut r = Request::new(pb::NextBatchRequest {
+                uids: vec![15, 16],
+                route_version: 3,
+                independent,
+            });
+            r.set_timeout(Duration::from_millis(300));
+            r
+        };
+        let status = s.next_batch(batch(false)).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+        let each = s.next_batch(batch(true)).await.unwrap().into_inner();
+        assert_eq!(each.seqs, vec![0, 0]);
+        assert!(started.elapsed() < Duration::from_millis(250), "no wait for the deadline");
+        assert!(!s.shared.lock().table.has_wanted(), "nothing for the advancer to do");
     }
 }

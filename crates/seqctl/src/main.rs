@@ -119,6 +119,36 @@ enum StoreCommand {
         #[arg(long)]
         to: u64,
     },
+    /// Add a member as a learner (it receives the log, never votes). Start it first with an
+    /// empty data dir and `--initial-cluster-state existing`.
+    AddLearner {
+        #[arg(long)]
+        set: Option<u64>,
+        id: u64,
+        /// host:port the other members and clients dial.
+        addr: String,
+    },
+    /// Make a caught-up learner a voter (refused until it has caught up).
+    Promote {
+        #[arg(long)]
+        set: Option<u64>,
+        id: u64,
+    },
+    /// Remove a member (voter or learner). Removing the leader hands leadership over first.
+    Remove {
+        #[arg(long)]
+        set: Option<u64>,
+        id: u64,
+    },
+    /// Change the lease timing in the replicated state (every leader then uses it).
+    SetLease {
+        #[arg(long)]
+        set: Option<u64>,
+        #[arg(long)]
+        lease_ms: u64,
+        #[arg(long)]
+        margin_ms: u64,
+    },
 }
 
 fn parse_advance(text: &str) -> Result<(u64, u64), String> {
@@ -263,28 +293,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Store(StoreCommand::TransferLeader { set, to }) => {
             let set = pick_set(&config, set)?;
-            // Find the leader from any member's status, then ask it.
-            let mut leader_addr = None;
-            for m in &set.stores {
-                if let Ok(s) = member_status(&m.addr, timeout).await {
-                    if s.leader_id != 0 {
-                        leader_addr = Some(s.leader_addr);
-                        break;
-                    }
-                }
-            }
-            let Some(addr) = leader_addr.filter(|a| !a.is_empty()) else {
-                bail!("set {}: no member knows a leader", set.id);
-            };
-            let channel = seqsvr_client::store::channel(&addr)?;
-            let mut client = seqsvr_proto::v1::store_admin_client::StoreAdminClient::new(channel);
-            match client
-                .transfer_leader(seqsvr_proto::v1::TransferLeaderRequest { target_id: to })
-                .await
-            {
-                Ok(_) => {
+            let client = store_client(set)?;
+            match client.transfer_leader(NodeId(to), timeout).await {
+                Ok(()) => {
                     println!(
-                        "asked member at {addr} to transfer leadership of set {} to member {to}",
+                        "asked the leader of set {} to transfer leadership to member {to}",
                         set.id
                     );
                     Ok(ExitCode::SUCCESS)
@@ -292,6 +305,59 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Err(status) => grpc_failure(status),
             }
         }
+        Command::Store(StoreCommand::AddLearner { set, id, addr }) => {
+            let set = pick_set(&config, set)?;
+            let client = store_client(set)?;
+            let result = client.add_learner(NodeId(id), &addr, timeout).await;
+            membership_done(set.id, &format!("member {id} at {addr} added as a learner"), result)
+        }
+        Command::Store(StoreCommand::Promote { set, id }) => {
+            let set = pick_set(&config, set)?;
+            let client = store_client(set)?;
+            let result = client.promote(NodeId(id), timeout).await;
+            membership_done(set.id, &format!("member {id} promoted to voter"), result)
+        }
+        Command::Store(StoreCommand::Remove { set, id }) => {
+            let set = pick_set(&config, set)?;
+            let client = store_client(set)?;
+            let result = client.remove(NodeId(id), timeout).await;
+            membership_done(set.id, &format!("member {id} removed"), result)
+        }
+        Command::Store(StoreCommand::SetLease { set, lease_ms, margin_ms }) => {
+            let set = pick_set(&config, set)?;
+            let client = store_client(set)?;
+            match client.set_lease(lease_ms, margin_ms, timeout).await {
+                Ok(r) => {
+                    println!(
+                        "set {}: lease {} ms, margin {} ms (replicated; every leader uses it)",
+                        set.id, r.lease_ms, r.lease_margin_ms
+                    );
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(status) => grpc_failure(status),
+            }
+        }
+    }
+}
+
+fn membership_done(
+    set: SetId,
+    what: &str,
+    result: Result<pb::MembershipResponse, tonic::Status>,
+) -> anyhow::Result<ExitCode> {
+    match result {
+        Ok(r) => {
+            println!("set {set}: {what} (applied at index {})", r.applied_index);
+            for m in &r.members {
+                let kind = if m.learner { "learner" } else { "voter" };
+                println!(
+                    "  {:<4} {:<22} {:<8} match {:>8}  lag {}",
+                    m.id, m.addr, kind, m.match_index, m.lag
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(status) => grpc_failure(status),
     }
 }
 
@@ -311,27 +377,54 @@ async fn store_status(
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         println!(
-            "{:<4} {:<4} {:<22} {:<13} {:>6} {:>7} {:>9} {:>9} {:>9}  VOTERS",
-            "SET", "ID", "ADDR", "ROLE", "TERM", "LEADER", "COMMIT", "APPLIED", "SNAPSHOT"
+            "{:<4} {:<4} {:<22} {:<13} {:<8} {:>6} {:>7} {:>9} {:>9} {:>9} {:>6}  VOTERS / LEARNERS",
+            "SET",
+            "ID",
+            "ADDR",
+            "ROLE",
+            "MEMBER",
+            "TERM",
+            "LEADER",
+            "COMMIT",
+            "APPLIED",
+            "SNAPSHOT",
+            "LAG"
         );
         for r in &rows {
             let cell = |k: &str| r[k].as_u64().map(|v| v.to_string()).unwrap_or_else(|| "-".into());
-            let voters = r["voters"]
-                .as_array()
-                .map(|v| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(","))
-                .unwrap_or_else(|| r["error"].as_str().unwrap_or("").to_string());
+            let list = |k: &str| {
+                r[k].as_array()
+                    .map(|v| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(","))
+            };
+            let voters = match (list("voters"), list("learners")) {
+                (Some(v), Some(l)) if !l.is_empty() => format!("{v} / {l}"),
+                (Some(v), _) => v,
+                _ => r["error"].as_str().unwrap_or("").to_string(),
+            };
+            let mut role = r["role"].as_str().unwrap_or("").to_string();
+            if r["vote_blocked"] == true {
+                role.push('*');
+            }
             println!(
-                "{:<4} {:<4} {:<22} {:<13} {:>6} {:>7} {:>9} {:>9} {:>9}  {}",
+                "{:<4} {:<4} {:<22} {:<13} {:<8} {:>6} {:>7} {:>9} {:>9} {:>9} {:>6}  {}",
                 cell("set"),
                 cell("id"),
                 r["addr"].as_str().unwrap_or(""),
-                r["role"].as_str().unwrap_or(""),
+                role,
+                r["member"].as_str().unwrap_or("-"),
                 cell("term"),
                 cell("leader_id"),
                 cell("commit_index"),
                 cell("applied_index"),
                 cell("snapshot_index"),
+                cell("lag"),
                 voters
+            );
+        }
+        if rows.iter().any(|r| r["vote_blocked"] == true) {
+            println!(
+                "* vote-blocked: started empty in an existing set; votes only once a membership \
+                 change applied from its log made it a voter (add-learner, then promote)"
             );
         }
     }
@@ -577,30 +670,70 @@ async fn status(
     Ok(if ok && store_code == ExitCode::SUCCESS { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-/// Every store member's own status; unreachable members get role "unreachable".
+/// Every store member's own status; unreachable members get role "unreachable". Members are
+/// the cluster file's plus any the replicated membership names (added later); `member` says
+/// what the leader's membership makes of each (voter, learner, or `removed`), with its lag.
 async fn store_rows(config: &ClusterConfig, timeout: Duration) -> Vec<serde_json::Value> {
     let mut rows = Vec::new();
     for set in &config.sets {
-        for m in &set.stores {
-            let row = match member_status(&m.addr, timeout).await {
-                Ok(s) => json!({
-                    "set": set.id.0, "id": m.id.0, "addr": m.addr, "role": s.role, "term": s.term,
-                    "leader_id": s.leader_id, "commit_index": s.commit_index,
-                    "applied_index": s.applied_index, "first_index": s.first_index,
-                    "last_index": s.last_index, "snapshot_index": s.snapshot_index,
-                    "voters": s.voters, "learners": s.learners,
-                    "section_begin": s.section_begin, "section_end": s.section_end,
-                }),
+        let mut queue: Vec<(u64, String)> =
+            set.stores.iter().map(|m| (m.id.0, m.addr.clone())).collect();
+        let mut asked = std::collections::BTreeSet::new();
+        let mut set_rows = Vec::new();
+        let mut leader_view: Option<Vec<pb::MemberInfo>> = None;
+        while let Some((id, addr)) = queue.pop() {
+            if !asked.insert(id) {
+                continue;
+            }
+            let row = match member_status(&addr, timeout).await {
+                Ok(s) => {
+                    for m in &s.members {
+                        if !asked.contains(&m.id) && !m.addr.is_empty() {
+                            queue.push((m.id, m.addr.clone()));
+                        }
+                    }
+                    if s.role == "leader" {
+                        leader_view = Some(s.members.clone());
+                    }
+                    json!({
+                        "set": set.id.0, "id": id, "addr": addr, "role": s.role, "term": s.term,
+                        "leader_id": s.leader_id, "commit_index": s.commit_index,
+                        "applied_index": s.applied_index, "first_index": s.first_index,
+                        "last_index": s.last_index, "snapshot_index": s.snapshot_index,
+                        "voters": s.voters, "learners": s.learners,
+                        "section_begin": s.section_begin, "section_end": s.section_end,
+                        "vote_blocked": s.vote_blocked,
+                        "lease_ms": s.lease_ms, "lease_margin_ms": s.lease_margin_ms,
+                        "members": s.members.iter().map(|m| json!({
+                            "id": m.id, "addr": m.addr, "learner": m.learner,
+                            "match_index": m.match_index, "lag": m.lag,
+                        })).collect::<Vec<_>>(),
+                    })
+                }
                 Err(status) => {
                     json!({
-                        "set": set.id.0, "id": m.id.0, "addr": m.addr, "role": "unreachable",
+                        "set": set.id.0, "id": id, "addr": addr, "role": "unreachable",
                         "term": null, "leader_id": null, "commit_index": null, "applied_index": null,
                         "error": status.message(),
                     })
                 }
             };
-            rows.push(row);
+            set_rows.push(row);
         }
+        for row in &mut set_rows {
+            let id = row["id"].as_u64().unwrap_or(0);
+            if let Some(view) = &leader_view {
+                let (member, lag) = match view.iter().find(|m| m.id == id) {
+                    Some(m) if m.learner => ("learner", json!(m.lag)),
+                    Some(m) => ("voter", json!(m.lag)),
+                    None => ("removed", serde_json::Value::Null),
+                };
+                row["member"] = json!(member);
+                row["lag"] = lag;
+            }
+        }
+        set_rows.sort_by_key(|r| r["id"].as_u64().unwrap_or(0));
+        rows.extend(set_rows);
     }
     rows
 }

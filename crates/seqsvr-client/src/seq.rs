@@ -4,7 +4,12 @@
 //! came with, and UNAVAILABLE with capped backoff, always within the caller's deadline.
 //!
 //! A `next_batch` whose uids live on several AllocSvrs is split into one call per AllocSvr; each
-//! call is all-or-nothing, the whole batch is not (a failed part only leaves gaps).
+//! call is all-or-nothing, the whole batch is not (a failed part only leaves gaps). Every retry
+//! regroups the uids not answered yet by their owners in the current tables, so a hand-over
+//! that splits a group sends each part to its new owner.
+//!
+//! Route tables never go back: a table is installed only if its version is higher than the one
+//! held for its set, whoever sent it (an AllocSvr may answer with a table older than ours).
 //!
 //! Concurrent `next` calls bound for the same AllocSvr are coalesced into one `NextBatch` with
 //! independent entries (as TiDB's PD client batches timestamp requests): one AllocSvr gets at
@@ -227,7 +232,7 @@ impl SeqClient {
         Ok(c)
     }
 
-    /// Keeps `table` if it is newer than what we have for its set.
+    /// Keeps `table` if it is newer than what we have for its set: a table never goes back.
     fn install(&self, table: pb::RouteTable) {
         let mut tables = self.tables.write().unwrap_or_else(|e| e.into_inner());
         match tables.iter_mut().find(|t| t.set_id == table.set_id) {
@@ -464,90 +469,398 @@ impl SeqClient {
     }
 
     /// The next sequence of each uid, in order (a repeated uid gets increasing values). One
-    /// call per AllocSvr involved, each all-or-nothing.
+    /// call per AllocSvr involved, each all-or-nothing. Each retry regroups the uids not yet
+    /// answered by their owners in the (possibly refreshed) route tables.
     pub async fn next_batch(&self, uids: &[u64], deadline: Duration) -> Result<Vec<u64>, Status> {
         if uids.is_empty() {
             return Err(Status::invalid_argument("empty batch: give at least one uid"));
         }
         let until = Instant::now() + deadline;
-        let unknown = {
-            let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
-            uids.iter()
-                .copied()
-                .find(|&u| !tables.iter().any(|t| t.uid_begin <= u && u < t.uid_end))
-        };
-        if let Some(uid) = unknown {
-            self.locate(uid, until).await?; // learns the tables, or says which uid is outside
-        }
-        // Group by owner as currently known, from one look at the tables; an unrouted uid
-        // becomes a group of its own (the retry loop waits for its owner).
-        let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
-        let mut outside = None;
-        {
-            let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
-            let mut last: Option<usize> = None;
-            for (i, &uid) in uids.iter().enumerate() {
-                let Some(table) = tables.iter().find(|t| t.uid_begin <= uid && uid < t.uid_end)
-                else {
-                    outside = Some(uid);
-                    break;
-                };
-                let Some(addr) = owner_entry(table, uid).map(|e| e.addr.as_str()) else {
-                    groups.push((format!("unrouted:{i}"), vec![i]));
-                    continue;
-                };
-                match last.filter(|&g| groups[g].0 == addr) {
-                    Some(g) => groups[g].1.push(i),
-                    None => match groups.iter().position(|(k, _)| k == addr) {
-                        Some(g) => {
-                            groups[g].1.push(i);
-                            last = Some(g);
+        let mut out = vec![0u64; uids.len()];
+        let mut pending: Vec<usize> = (0..uids.len()).collect();
+        let mut backoff = BACKOFF_MIN;
+        let mut redirects = 0;
+        loop {
+            let groups = match self.groups_of(uids, &pending) {
+                Ok(groups) => groups,
+                Err(uid) => {
+                    self.locate(uid, until).await?; // learns the tables, or says it is outside
+                    self.groups_of(uids, &pending).map_err(|uid| {
+                        Status::unavailable(format!("uid {uid}: the route tables changed; retry"))
+                    })?
+                }
+            };
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Status::deadline_exceeded("deadline passed"));
+            }
+            let timeout = left.min(ATTEMPT_TIMEOUT_MAX);
+            let calls = groups.routed.iter().map(|g| {
+                let part: Vec<u64> = g.idx.iter().map(|&i| uids[i]).collect();
+                self.send_batch(&g.addr, part, g.route_version, timeout)
+            });
+            let results = futures::future::join_all(calls).await;
+            // Why the uids still pending must wait (retryable), if anything must.
+            let mut wait = groups.unrouted.first().map(|&i| {
+                Status::unavailable(format!("no AllocSvr serves uid {}'s section yet", uids[i]))
+            });
+            let mut redirected = None;
+            let mut answered = vec![false; uids.len()];
+            for (g, result) in groups.routed.iter().zip(results) {
+                match result {
+                    Ok((seqs, table)) => {
+                        if seqs.len() != g.idx.len() {
+                            return Err(Status::internal(format!(
+                                "{} answered {} values for {} uids",
+                                g.addr,
+                                seqs.len(),
+                                g.idx.len()
+                            )));
                         }
-                        None => {
-                            groups.push((addr.to_string(), vec![i]));
-                            last = Some(groups.len() - 1);
+                        if let Some(t) = table {
+                            self.install(t);
                         }
+                        for (&i, v) in g.idx.iter().zip(seqs) {
+                            out[i] = v;
+                            answered[i] = true;
+                        }
+                    }
+                    Err(s) if s.code() == Code::FailedPrecondition => match route_table_of(&s) {
+                        Some(t) => {
+                            self.install(t);
+                            redirected = Some(s);
+                        }
+                        None => return Err(s),
                     },
+                    Err(s) if retryable(s.code()) => wait = Some(s),
+                    Err(s) => return Err(s),
                 }
             }
-        }
-        if let Some(uid) = outside {
-            return Err(self.locate(uid, until).await.err().unwrap_or_else(|| {
-                Status::unavailable(format!("uid {uid}: the route tables changed; retry"))
-            }));
-        }
-        let mut out = vec![0u64; uids.len()];
-        let calls = groups.iter().map(|(_, idx)| {
-            let part: Vec<u64> = idx.iter().map(|&i| uids[i]).collect();
-            let left = until.saturating_duration_since(Instant::now());
-            async move {
-                let first = part[0];
-                self.call(first, left, |mut client, _, route_version, timeout| {
-                    let uids = part.clone();
-                    async move {
-                        let mut req = tonic::Request::new(pb::NextBatchRequest {
-                            uids,
-                            route_version,
-                            independent: false,
-                        });
-                        req.set_timeout(timeout);
-                        let r = client.next_batch(req).await?.into_inner();
-                        Ok((r.seqs, r.route_table))
-                    }
-                })
-                .await
+            pending.retain(|&i| !answered[i]);
+            if pending.is_empty() {
+                return Ok(out);
             }
-        });
-        let results = futures::future::join_all(calls).await;
-        for ((_, idx), result) in groups.iter().zip(results) {
-            let seqs = result?;
-            if seqs.len() != idx.len() {
-                return Err(Status::internal("NextBatch answered a different number of values"));
+            if wait.is_none() && redirected.is_some() && redirects < REDIRECTS_MAX {
+                redirects += 1;
+                continue; // regroup at once by the tables the redirects brought
             }
-            for (&i, v) in idx.iter().zip(seqs) {
-                out[i] = v;
+            let status = wait.or(redirected).unwrap_or_else(|| Status::unavailable("retry"));
+            if until.saturating_duration_since(Instant::now()) <= backoff {
+                return Err(status);
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+            redirects = 0;
+            for uid in self.one_uid_per_set(pending.iter().map(|&i| uids[i])) {
+                self.refresh_for(uid, until).await;
             }
         }
-        Ok(out)
+    }
+
+    /// Groups `pending` (indices into `uids`) by owner in the current tables, from one look.
+    /// `Err(uid)`: no table has `uid`'s set.
+    fn groups_of(&self, uids: &[u64], pending: &[usize]) -> Result<Groups, u64> {
+        let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
+        group_by_owner(&tables, uids, pending)
+    }
+
+    /// One uid of each set among `uids` (for refreshing every set involved).
+    fn one_uid_per_set(&self, uids: impl Iterator<Item = u64>) -> Vec<u64> {
+        let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
+        let mut seen: Vec<u64> = Vec::new();
+        let mut out = Vec::new();
+        for uid in uids {
+            let set =
+                tables.iter().find(|t| t.uid_begin <= uid && uid < t.uid_end).map(|t| t.set_id);
+            let set = set.unwrap_or(u64::MAX);
+            if !seen.contains(&set) {
+                seen.push(set);
+                out.push(uid);
+            }
+        }
+        out
+    }
+
+    /// One all-or-nothing `NextBatch` attempt at `addr`.
+    async fn send_batch(
+        &self,
+        addr: &str,
+        uids: Vec<u64>,
+        route_version: u64,
+        timeout: Duration,
+    ) -> Result<(Vec<u64>, Option<pb::RouteTable>), Status> {
+        let mut client = SeqServiceClient::new(self.channel(addr)?);
+        let mut req =
+            tonic::Request::new(pb::NextBatchRequest { uids, route_version, independent: false });
+        req.set_timeout(timeout);
+        match tokio::time::timeout(timeout, client.next_batch(req)).await {
+            Ok(r) => r.map(|r| {
+                let r = r.into_inner();
+                (r.seqs, r.route_table)
+            }),
+            Err(_) => Err(Status::unavailable(format!("{addr} did not answer in {timeout:?}"))),
+        }
+    }
+}
+
+/// The uids of a batch still to be answered, by where they go now.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Groups {
+    /// One group per AllocSvr, in order of first appearance; indices in batch order.
+    routed: Vec<Group>,
+    /// Indices of uids whose section no AllocSvr serves yet (they wait and retry).
+    unrouted: Vec<usize>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct Group {
+    addr: String,
+    /// The version of the table that routed them (sent along: a newer table comes back).
+    route_version: u64,
+    idx: Vec<usize>,
+}
+
+/// Groups `pending` (indices into `uids`, ascending) by the owner of each uid's section in
+/// `tables`. `Err(uid)`: no table covers `uid`.
+fn group_by_owner(
+    tables: &[pb::RouteTable],
+    uids: &[u64],
+    pending: &[usize],
+) -> Result<Groups, u64> {
+    let mut groups = Groups::default();
+    let mut last: Option<usize> = None;
+    for &i in pending {
+        let uid = uids[i];
+        let Some(table) = tables.iter().find(|t| t.uid_begin <= uid && uid < t.uid_end) else {
+            return Err(uid);
+        };
+        let Some(addr) = owner_entry(table, uid).map(|e| e.addr.as_str()) else {
+            groups.unrouted.push(i);
+            continue;
+        };
+        let g = match last.filter(|&g| groups.routed[g].addr == addr) {
+            Some(g) => g,
+            None => match groups.routed.iter().position(|g| g.addr == addr) {
+                Some(g) => g,
+                None => {
+                    groups.routed.push(Group {
+                        addr: addr.to_string(),
+                        route_version: table.version,
+                        idx: Vec::new(),
+                    });
+                    groups.routed.len() - 1
+                }
+            },
+        };
+        let group = &mut groups.routed[g];
+        group.route_version = group.route_version.min(table.version);
+        group.idx.push(i);
+        last = Some(g);
+    }
+    Ok(groups)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pb::seq_service_server::{SeqService, SeqServiceServer};
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    const SECTION_SIZE: u64 = 10;
+
+    fn entry(begin: u64, end: u64, alloc: u64, addr: &str) -> pb::RouteEntry {
+        pb::RouteEntry {
+            section_begin: begin,
+            section_end: end,
+            alloc_id: alloc,
+            addr: addr.into(),
+        }
+    }
+
+    fn table(
+        set: u64,
+        version: u64,
+        uids: (u64, u64),
+        entries: Vec<pb::RouteEntry>,
+    ) -> pb::RouteTable {
+        pb::RouteTable {
+            set_id: set,
+            version,
+            uid_begin: uids.0,
+            uid_end: uids.1,
+            section_size: SECTION_SIZE,
+            entries,
+        }
+    }
+
+    fn client(seeds: &[String]) -> SeqClient {
+        SeqClient {
+            seeds: seeds.to_vec(),
+            options: SeqClientOptions::default(),
+            tables: RwLock::new(Vec::new()),
+            channels: Mutex::new(HashMap::new()),
+            coalescers: Mutex::new(HashMap::new()),
+            coalesced_rpcs: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    #[test]
+    fn grouping_follows_the_current_table() {
+        let v1 = table(1, 1, (0, 100), vec![entry(0, 10, 1, "a")]);
+        let uids = [1, 15, 2, 15, 33];
+        let all: Vec<usize> = (0..uids.len()).collect();
+        let g = group_by_owner(std::slice::from_ref(&v1), &uids, &all).unwrap();
+        assert_eq!(g.routed, vec![Group { addr: "a".into(), route_version: 1, idx: all.clone() }]);
+        // Section 1 moved to b, section 3 is unassigned for now: the uids not answered yet
+        // (here: all but the first) go to their new owners.
+        let v2 = table(1, 2, (0, 100), vec![entry(0, 1, 1, "a"), entry(1, 2, 2, "b")]);
+        let g = group_by_owner(&[v2], &uids, &[1, 2, 3, 4]).unwrap();
+        assert_eq!(
+            g.routed,
+            vec![
+                Group { addr: "b".into(), route_version: 2, idx: vec![1, 3] },
+                Group { addr: "a".into(), route_version: 2, idx: vec![2] },
+            ]
+        );
+        assert_eq!(g.unrouted, vec![4]);
+        assert_eq!(group_by_owner(&[v1], &[1, 100], &[0, 1]), Err(100), "no table has uid 100");
+    }
+
+    #[test]
+    fn an_older_route_table_is_never_installed() {
+        let c = client(&[]);
+        let t = |version, addr: &str| table(1, version, (0, 100), vec![entry(0, 10, 1, addr)]);
+        c.install(t(5, "new"));
+        c.install(t(3, "old"));
+        c.install(t(5, "same version"));
+        c.install(table(2, 1, (100, 200), vec![]));
+        let tables = c.route_tables();
+        assert_eq!(tables.len(), 2);
+        assert_eq!((tables[0].version, tables[0].entries[0].addr.as_str()), (5, "new"));
+        c.install(t(6, "newer"));
+        assert_eq!(c.route_tables()[0].entries[0].addr, "newer");
+    }
+
+    /// An in-process AllocSvr: serves `next_batch` for the sections it owns (all or nothing),
+    /// answers NOT_OWNER with its table otherwise.
+    struct Fake {
+        owned: Mutex<Vec<u64>>,
+        table: Mutex<pb::RouteTable>,
+        next: AtomicU64,
+        calls: AtomicU64,
+    }
+
+    impl Fake {
+        fn new() -> Arc<Fake> {
+            Arc::new(Fake {
+                owned: Mutex::new(Vec::new()),
+                table: Mutex::new(pb::RouteTable::default()),
+                next: AtomicU64::new(1),
+                calls: AtomicU64::new(0),
+            })
+        }
+
+        fn set(&self, owned: Vec<u64>, table: pb::RouteTable) {
+            *self.owned.lock().unwrap() = owned;
+            *self.table.lock().unwrap() = table;
+        }
+    }
+
+    /// The service handle of a `Fake` (the test keeps another to change its state).
+    struct Handle(Arc<Fake>);
+
+    impl std::ops::Deref for Handle {
+        type Target = Fake;
+
+        fn deref(&self) -> &Fake {
+            &self.0
+        }
+    }
+
+    #[tonic::async_trait]
+    impl SeqService for Handle {
+        async fn next(
+            &self,
+            _: tonic::Request<pb::NextRequest>,
+        ) -> Result<tonic::Response<pb::NextResponse>, Status> {
+            Err(Status::unimplemented("next"))
+        }
+
+        async fn next_batch(
+            &self,
+            request: tonic::Request<pb::NextBatchRequest>,
+        ) -> Result<tonic::Response<pb::NextBatchResponse>, Status> {
+            use prost::Message as _;
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let r = request.into_inner();
+            let table = self.table.lock().unwrap().clone();
+            let owned = self.owned.lock().unwrap().clone();
+            if let Some(uid) = r.uids.iter().find(|&&u| !owned.contains(&(u / SECTION_SIZE))) {
+                let mut status = Status::failed_precondition(format!("NOT_OWNER: uid {uid}"));
+                status.metadata_mut().insert_bin(
+                    seqsvr_proto::ROUTE_TABLE_METADATA,
+                    tonic::metadata::MetadataValue::from_bytes(&table.encode_to_vec()),
+                );
+                return Err(status);
+            }
+            let seqs = r.uids.iter().map(|_| self.next.fetch_add(1, Ordering::SeqCst)).collect();
+            let route_table = (r.route_version < table.version).then_some(table);
+            Ok(tonic::Response::new(pb::NextBatchResponse { seqs, route_table }))
+        }
+
+        async fn current(
+            &self,
+            _: tonic::Request<pb::CurrentRequest>,
+        ) -> Result<tonic::Response<pb::CurrentResponse>, Status> {
+            Err(Status::unimplemented("current"))
+        }
+
+        async fn get_route_table(
+            &self,
+            _: tonic::Request<pb::GetRouteTableRequest>,
+        ) -> Result<tonic::Response<pb::GetRouteTableResponse>, Status> {
+            let route_table = Some(self.table.lock().unwrap().clone());
+            Ok(tonic::Response::new(pb::GetRouteTableResponse { route_table }))
+        }
+    }
+
+    async fn serve(fake: Arc<Fake>) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(SeqServiceServer::new(Handle(fake)))
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
+        addr
+    }
+
+    /// A hand-over splits a group after the client grouped a batch: A (owner of sections 0 and
+    /// 1 in v1) gives section 1 to B (v2). The batch must reach both, not retry the whole
+    /// group at A until the deadline.
+    #[tokio::test]
+    async fn next_batch_regroups_after_a_hand_over_splits_a_group() {
+        let (a, b) = (Fake::new(), Fake::new());
+        let (addr_a, addr_b) = (serve(a.clone()).await, serve(b.clone()).await);
+        a.set(vec![0, 1], table(1, 1, (0, 100), vec![entry(0, 2, 1, &addr_a)]));
+        let c = SeqClient::connect(std::slice::from_ref(&addr_a), Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(c.next_batch(&[1, 12], Duration::from_secs(5)).await.unwrap(), vec![1, 2]);
+        // The hand-over: A keeps section 0 and knows v2; B owns section 1.
+        let v2 = table(1, 2, (0, 100), vec![entry(0, 1, 1, &addr_a), entry(1, 2, 2, &addr_b)]);
+        a.set(vec![0], v2.clone());
+        b.set(vec![1], v2);
+        let calls_before = a.calls.load(Ordering::SeqCst);
+        let values = c.next_batch(&[1, 12, 2, 12], Duration::from_secs(2)).await.unwrap();
+        assert_eq!(values[0] + 1, values[2], "A served uids 1 and 2 in batch order: {values:?}");
+        assert_eq!(values[1] + 1, values[3], "B served uid 12 twice in order: {values:?}");
+        assert_eq!(c.route_tables()[0].version, 2);
+        assert_eq!(a.calls.load(Ordering::SeqCst) - calls_before, 2, "one NOT_OWNER, one served");
+        // An AllocSvr that lags (v1) never takes the client's table back.
+        b.set(vec![], table(1, 1, (0, 100), vec![entry(0, 2, 1, &addr_a)]));
+        let err = c.next_batch(&[12], Duration::from_millis(300)).await.unwrap_err();
+        assert!(matches!(err.code(), Code::FailedPrecondition | Code::DeadlineExceeded), "{err:?}");
+        assert_eq!(c.route_tables()[0].version, 2, "the older table from B was not installed");
     }
 }

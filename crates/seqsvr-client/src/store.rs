@@ -19,8 +19,11 @@ use tonic::{Code, Status};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(20);
 const BACKOFF_MAX: Duration = Duration::from_millis(500);
-/// One attempt never waits longer than this, so a hung member cannot eat the whole deadline.
-const ATTEMPT_TIMEOUT_MAX: Duration = Duration::from_secs(3);
+/// One attempt never waits longer than this, so a member that accepts TCP but never answers
+/// (SIGSTOP, a hung disk) cannot eat the whole deadline: the next attempt tries another member.
+const ATTEMPT_TIMEOUT_MAX: Duration = Duration::from_millis(1500);
+/// ... and never less than this, so a slow but healthy leader still gets a fair chance.
+const ATTEMPT_TIMEOUT_MIN: Duration = Duration::from_millis(300);
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Opens a lazy gRPC channel to `addr` (`host:port`); nothing is dialled until the first call.
@@ -53,7 +56,9 @@ struct Member {
 }
 
 pub struct StoreClient {
-    members: Vec<Member>,
+    /// The members named at creation, plus any leader a redirect named that was not among them
+    /// (a member added after the cluster file was written). Only grows.
+    members: Mutex<Vec<Member>>,
     /// Index into `members` of the presumed leader.
     leader: Mutex<usize>,
 }
@@ -69,12 +74,36 @@ impl StoreClient {
             .iter()
             .map(|(id, addr)| Ok(Member { id: *id, addr: addr.clone(), channel: channel(addr)? }))
             .collect::<Result<Vec<_>, Status>>()?;
-        Ok(StoreClient { members, leader: Mutex::new(0) })
+        Ok(StoreClient { members: Mutex::new(members), leader: Mutex::new(0) })
     }
 
     /// The member currently presumed to lead.
     pub fn leader_guess(&self) -> NodeId {
-        self.members[self.leader_index()].id
+        let index = self.leader_index();
+        self.members.lock().unwrap_or_else(|e| e.into_inner())[index].id
+    }
+
+    /// `(id, addr, channel)` of member `index` (taken modulo the member count).
+    fn member(&self, index: usize) -> (NodeId, String, Channel) {
+        let members = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        let m = &members[index % members.len()];
+        (m.id, m.addr.clone(), m.channel.clone())
+    }
+
+    fn n_members(&self) -> usize {
+        self.members.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// The index of the member at `addr`, adding it when a redirect named a leader we did not
+    /// know (a member added after the cluster file was written).
+    fn member_at(&self, id: Option<NodeId>, addr: &str) -> Option<usize> {
+        let mut members = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = members.iter().position(|m| m.addr == addr) {
+            return Some(i);
+        }
+        let channel = channel(addr).ok()?;
+        members.push(Member { id: id.unwrap_or(NodeId(0)), addr: addr.to_string(), channel });
+        Some(members.len() - 1)
     }
 
     fn leader_index(&self) -> usize {
@@ -204,6 +233,81 @@ impl StoreClient {
         Ok(reply.sections.iter().map(|s| (SectionId(s.section), s.max_seq)).collect())
     }
 
+    /// Adds member `id` at `addr` as a learner (answered once the change applied).
+    pub async fn add_learner(
+        &self,
+        id: NodeId,
+        addr: &str,
+        deadline: Duration,
+    ) -> Result<pb::MembershipResponse, Status> {
+        let request = pb::AddLearnerRequest { node_id: id.0, addr: addr.to_string() };
+        self.admin(deadline, |mut client, timeout| {
+            let mut req = tonic::Request::new(request.clone());
+            req.set_timeout(timeout);
+            async move { client.add_learner(req).await }
+        })
+        .await
+    }
+
+    /// Promotes learner `id` to voter; refused until it has caught up.
+    pub async fn promote(
+        &self,
+        id: NodeId,
+        deadline: Duration,
+    ) -> Result<pb::MembershipResponse, Status> {
+        let request = pb::PromoteLearnerRequest { node_id: id.0 };
+        self.admin(deadline, |mut client, timeout| {
+            let mut req = tonic::Request::new(request);
+            req.set_timeout(timeout);
+            async move { client.promote_learner(req).await }
+        })
+        .await
+    }
+
+    /// Removes member `id` (a voter or a learner); the leader hands over leadership first when
+    /// it is the one removed.
+    pub async fn remove(
+        &self,
+        id: NodeId,
+        deadline: Duration,
+    ) -> Result<pb::MembershipResponse, Status> {
+        let request = pb::RemoveMemberRequest { node_id: id.0 };
+        self.admin(deadline, |mut client, timeout| {
+            let mut req = tonic::Request::new(request);
+            req.set_timeout(timeout);
+            async move { client.remove_member(req).await }
+        })
+        .await
+    }
+
+    /// Asks the leader to hand leadership to voter `target` (returns once asked, not once done).
+    pub async fn transfer_leader(&self, target: NodeId, deadline: Duration) -> Result<(), Status> {
+        let request = pb::TransferLeaderRequest { target_id: target.0 };
+        self.admin(deadline, |mut client, timeout| {
+            let mut req = tonic::Request::new(request);
+            req.set_timeout(timeout);
+            async move { client.transfer_leader(req).await }
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Changes the replicated lease timing.
+    pub async fn set_lease(
+        &self,
+        lease_ms: u64,
+        lease_margin_ms: u64,
+        deadline: Duration,
+    ) -> Result<pb::SetLeaseResponse, Status> {
+        let request = pb::SetLeaseRequest { lease_ms, lease_margin_ms };
+        self.admin(deadline, |mut client, timeout| {
+            let mut req = tonic::Request::new(request);
+            req.set_timeout(timeout);
+            async move { client.set_lease(req).await }
+        })
+        .await
+    }
+
     async fn call<T, F, Fut>(&self, deadline: Duration, attempt: F) -> Result<T, Status>
     where
         F: Fn(Channel, Duration) -> Fut,
@@ -219,17 +323,17 @@ impl StoreClient {
                     "store call deadline passed before any attempt",
                 ));
             }
-            let timeout = left.min(ATTEMPT_TIMEOUT_MAX);
-            let member = &self.members[target];
-            let result =
-                match tokio::time::timeout(timeout, attempt(member.channel.clone(), timeout)).await
-                {
-                    Ok(r) => r,
-                    Err(_) => Err(Status::unavailable(format!(
-                        "member {} at {} did not answer within {timeout:?}",
-                        member.id, member.addr
-                    ))),
-                };
+            // Leave room for the other members when this one hangs.
+            let n = self.n_members() as u32;
+            let timeout =
+                (left / n.max(2)).clamp(ATTEMPT_TIMEOUT_MIN, ATTEMPT_TIMEOUT_MAX).min(left);
+            let (id, addr, channel) = self.member(target);
+            let result = match tokio::time::timeout(timeout, attempt(channel, timeout)).await {
+                Ok(r) => r,
+                Err(_) => Err(Status::unavailable(format!(
+                    "member {id} at {addr} did not answer within {timeout:?}"
+                ))),
+            };
             let status = match result {
                 Ok(response) => {
                     self.set_leader(target);
@@ -238,17 +342,23 @@ impl StoreClient {
                 Err(status) if retryable(status.code()) => status,
                 Err(status) => return Err(status),
             };
+            let hinted_id = status
+                .metadata()
+                .get(seqsvr_proto::LEADER_ID_METADATA)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok())
+                .map(NodeId);
             let hinted = status
                 .metadata()
                 .get(seqsvr_proto::LEADER_ADDR_METADATA)
                 .and_then(|v| v.to_str().ok())
-                .and_then(|addr| self.members.iter().position(|m| m.addr == addr));
+                .and_then(|addr| self.member_at(hinted_id, addr));
             match hinted {
                 Some(next) if next != target => {
                     target = next;
                     continue; // follow the redirect at once
                 }
-                _ => target = (target + 1) % self.members.len(),
+                _ => target = (target + 1) % self.n_members(),
             }
             let left = until.saturating_duration_since(Instant::now());
             if left <= backoff {

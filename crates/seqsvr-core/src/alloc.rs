@@ -7,9 +7,13 @@
 //!   (`max_seq` here only ever takes values the store returned). Asserted on every allocation.
 //! - I1 (within one owner): a uid's values strictly increase. Across owners: a (re)loaded
 //!   section starts every `cur_seq` at the loaded `max_seq`, which is >= anything ever served.
+//! - Nothing is served above `MAX_SEQ_CEILING` (2^63) and no advance beyond it is ever wanted,
+//!   so arithmetic on sequences cannot overflow (it saturates anyway, for `max_seq` loaded from
+//!   data written before the ceiling existed). A section with no value left below both its
+//!   `max_seq` and the ceiling answers `SeqError::Ceiling`: a final error, never a wait.
 
 use crate::ids::SectionId;
-use crate::section::SectionRange;
+use crate::section::{SectionRange, MAX_SEQ_CEILING};
 use crate::store::SectionAdvance;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -39,6 +43,13 @@ pub enum SeqError {
     Loading(SectionId),
     #[error("section {0} waits for max_seq to advance")]
     Exhausted(SectionId),
+    /// Final: the section's `max_seq` reached `MAX_SEQ_CEILING` (or a request needs values
+    /// above it), so waiting cannot help.
+    #[error(
+        "section {0} reached the ceiling of max_seq 2^63 ({MAX_SEQ_CEILING}); its uids have no \
+         sequence numbers left to hand out (an operator raised max_seq too far?)"
+    )]
+    Ceiling(SectionId),
 }
 
 #[derive(Debug)]
@@ -70,6 +81,23 @@ impl SectionSeqs {
 
     fn prefetch(&self, config: &AllocConfig) -> u64 {
         config.prefetch_remaining.saturating_mul(self.growth)
+    }
+
+    /// The highest value this section may hand out now: its committed `max_seq`, but never
+    /// above the ceiling (a `max_seq` beyond it can only come from data older than the rule).
+    fn limit(&self) -> u64 {
+        self.max_seq.min(MAX_SEQ_CEILING)
+    }
+
+    /// Whether no advance can ever raise `limit` (the ceiling is reached).
+    fn at_ceiling(&self) -> bool {
+        self.max_seq >= MAX_SEQ_CEILING
+    }
+
+    /// Asks for `max_seq` to reach at least `target` (capped at the ceiling: an advance beyond
+    /// it is never wanted, so a section at the ceiling never wants one).
+    fn want_at_least(&mut self, target: u64) {
+        self.want = self.want.max(target.min(MAX_SEQ_CEILING));
     }
 }
 
@@ -156,7 +184,7 @@ impl AllocTable {
         merge_bounds(&mut bounds);
         let mut fits = true;
         for b in &bounds {
-            if b.highest + b.count > self.ready_ref(b.section)?.max_seq {
+            if b.highest.saturating_add(b.count) > self.ready_ref(b.section)?.limit() {
                 fits = false;
                 break;
             }
@@ -171,8 +199,8 @@ impl AllocTable {
             let s = self.ready(run.section)?;
             for &uid in &uids[run.begin..run.end] {
                 let index = uid as usize % size;
-                let value = current_of(s, index) + 1;
-                assert!(value <= s.max_seq, "I2: {value} above committed max_seq {}", s.max_seq);
+                let value = current_of(s, index).saturating_add(1);
+                assert!(value <= s.limit(), "I2: {value} above committed max_seq {}", s.max_seq);
                 s.cur.get_or_insert_with(|| vec![0u64; size].into_boxed_slice())[index] = value;
                 s.high_water = s.high_water.max(value);
                 values.push(value);
@@ -183,8 +211,9 @@ impl AllocTable {
     }
 
     /// The next sequence of each uid where it can be served now, 0 where it cannot (section not
-    /// served here, loading, or waiting for an advance); each uid is its own request. For a
-    /// client SDK coalescing independent calls: one uid in a hand-over never holds up the rest.
+    /// served here, loading, waiting for an advance, or at the ceiling); each uid is its own
+    /// request. For a client SDK coalescing independent calls: one uid in a hand-over never
+    /// holds up the rest.
     pub fn next_each(&mut self, uids: &[u64]) -> Vec<u64> {
         let runs = self.runs_of(uids);
         let (size, config) = (self.config.section_size as usize, self.config);
@@ -197,9 +226,10 @@ impl AllocTable {
             };
             for &uid in &uids[run.begin..run.end] {
                 let index = uid as usize % size;
-                let value = current_of(s, index) + 1;
-                if value > s.max_seq {
-                    s.want = s.want.max(value + s.step(&config));
+                let value = current_of(s, index).saturating_add(1);
+                if value > s.limit() {
+                    let target = value.saturating_add(s.step(&config));
+                    s.want_at_least(target);
                     values.push(0);
                     continue;
                 }
@@ -230,7 +260,8 @@ impl AllocTable {
     }
 
     /// The exact check for a batch whose bound did not fit: the highest value each section
-    /// needs, counting repeats; asks for an advance where it exceeds `max_seq`.
+    /// needs, counting repeats; asks for an advance where it exceeds `max_seq`. A need that no
+    /// advance can meet (above the ceiling) is `Ceiling`, at once.
     fn check_exact(&mut self, uids: &[u64]) -> Result<(), SeqError> {
         let mut need: BTreeMap<SectionId, u64> = BTreeMap::new();
         let mut repeats: BTreeMap<u64, u64> = BTreeMap::new();
@@ -239,25 +270,33 @@ impl AllocTable {
             let s = self.ready(section)?;
             let k = repeats.entry(uid).or_insert(0);
             *k += 1;
-            let value = current_of(s, index) + *k;
+            let value = current_of(s, index).saturating_add(*k);
             let n = need.entry(section).or_insert(0);
             *n = (*n).max(value);
         }
-        let mut short = None;
+        let (mut short, mut ceiling) = (None, None);
         for (&section, &value) in &need {
             let config = self.config;
             let s = self.ready(section)?;
-            if value > s.max_seq {
-                s.want = s.want.max(value.max(s.max_seq) + s.step(&config));
-                short.get_or_insert(section);
+            if value > s.limit() {
+                // Ask for as much as the ceiling allows even when it will not be enough: other
+                // requests for this section may still fit below it.
+                let target = value.max(s.max_seq).saturating_add(s.step(&config));
+                s.want_at_least(target);
+                if s.at_ceiling() || value > MAX_SEQ_CEILING {
+                    ceiling.get_or_insert(section);
+                } else {
+                    short.get_or_insert(section);
+                }
             }
         }
-        match short {
-            Some(section) => {
-                self.refresh_wanting(need.keys().copied());
-                Err(SeqError::Exhausted(section))
-            }
-            None => Ok(()),
+        if short.is_some() || ceiling.is_some() {
+            self.refresh_wanting(need.keys().copied());
+        }
+        match (ceiling, short) {
+            (Some(section), _) => Err(SeqError::Ceiling(section)),
+            (None, Some(section)) => Err(SeqError::Exhausted(section)),
+            (None, None) => Ok(()),
         }
     }
 
@@ -267,8 +306,9 @@ impl AllocTable {
         let config = self.config;
         for section in sections.clone() {
             if let Some(SectionState::Ready(s)) = self.sections.get_mut(&section) {
-                if s.max_seq - s.high_water < s.prefetch(&config) {
-                    s.want = s.want.max(s.max_seq + s.step(&config));
+                if s.limit().saturating_sub(s.high_water) < s.prefetch(&config) {
+                    let target = s.max_seq.saturating_add(s.step(&config));
+                    s.want_at_least(target);
                 }
             }
         }
@@ -375,12 +415,12 @@ impl AllocTable {
                 s.in_flight = false;
                 if let Some(v) = committed {
                     s.max_seq = s.max_seq.max(v);
-                    let used = s.high_water - s.high_water_at_send;
+                    let used = s.high_water.saturating_sub(s.high_water_at_send);
                     let prefetch = s.prefetch(&self.config);
                     if prefetch == 0 {
                         // No prefetch configured: advances happen on exhaustion, as asked.
                     } else if used > prefetch / 2 {
-                        s.growth = (s.growth * 2).min(MAX_STEP_GROWTH);
+                        s.growth = s.growth.saturating_mul(2).min(MAX_STEP_GROWTH);
                     } else if used < prefetch / 8 {
                         s.growth = (s.growth / 2).max(1);
                     }
@@ -388,7 +428,8 @@ impl AllocTable {
                     // just above the new max_seq: make the next advance a whole step, not one
                     // store write for a few values.
                     if s.want > s.max_seq {
-                        s.want = s.want.max(s.max_seq + s.step(&self.config));
+                        let target = s.max_seq.saturating_add(s.step(&self.config));
+                        s.want_at_least(target);
                     }
                 }
             }
@@ -458,7 +499,7 @@ fn merge_bounds(bounds: &mut Vec<Bound>) {
     bounds.dedup_by(|later, kept| {
         if later.section == kept.section {
             kept.highest = kept.highest.max(later.highest);
-            kept.count += later.count;
+            kept.count = kept.count.saturating_add(later.count);
             true
         } else {
             false

@@ -12,40 +12,96 @@
 //!   at the moment it became leader, and reassigns nothing for one `hold`.
 //! - An AllocSvr found dead is expired first (never granted again), then its sections move.
 //!
+//! The lease timing is replicated (`ControlState::lease`, changed only by `SetLease`), never a
+//! leader's own config: a leader whose config differs (a rolling change) would otherwise wait
+//! too little for leases its predecessor granted. A set without a replicated lease (new, or
+//! from before the lease was replicated) first commits the leader's config lease, and nothing
+//! is granted before it applied. A lease change keeps the lease it replaced as
+//! `previous_lease`, whose grants may still run; so an event at `t` (a grant, an assignment,
+//! this leader's start) is surely over at `max(t + hold, changed + previous hold)`, where
+//! `changed` is when this arbiter saw the last change apply (its own start if earlier). Any
+//! lease before the previous one is over: a change is allowed only once the previous hold has
+//! passed since the last change applied, and only on top of that change (compare-and-set).
+//!
 //! No I/O and no clock: the driver passes `now_ms` in, so all of this is tested exhaustively.
 
 use crate::assign::Owner;
 use crate::ids::AllocId;
 use crate::section::SectionRange;
-use crate::store::{Command, ControlState};
+use crate::store::{validate_lease, Command, ControlState, InputError};
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The longest lease a set accepts (10 minutes): a longer one is a typo, and would stall every
+/// hand-over and every new leader for as long.
+pub const MAX_LEASE_MS: u64 = 600_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseConfig {
     pub lease_ms: u64,
     pub margin_ms: u64,
 }
 
 impl LeaseConfig {
-    /// How long the arbiter waits for a lease it may not know about to run out.
+    /// How long the arbiter waits for a lease granted under this timing to run out.
     pub fn hold_ms(&self) -> u64 {
         if crate::teeth::NO_LEASE_WAIT {
             return self.lease_ms / 3;
         }
-        self.lease_ms + self.margin_ms
+        self.lease_ms.saturating_add(self.margin_ms)
     }
+
+    /// The rule for a lease (the same as for `cluster.toml`'s `[alloc]`): `0 < margin`,
+    /// `2 × margin < lease ≤` [`MAX_LEASE_MS`].
+    pub fn check(&self) -> Result<(), String> {
+        if self.lease_ms == 0 || self.lease_ms > MAX_LEASE_MS {
+            return Err(format!(
+                "lease_ms ({}) must be within [1, {MAX_LEASE_MS}] (10 minutes)",
+                self.lease_ms
+            ));
+        }
+        if self.margin_ms == 0 || self.margin_ms.saturating_mul(2) >= self.lease_ms {
+            return Err(format!(
+                "lease_margin_ms ({}) must be > 0 and less than half of lease_ms ({})",
+                self.margin_ms, self.lease_ms
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Why a lease change was not proposed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum LeaseChangeError {
+    /// Bad input (→ `INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Invalid(#[from] InputError),
+    /// The leader is still committing the set's first lease (→ `UNAVAILABLE`, retryable).
+    #[error("this set has no replicated lease yet: the leader is committing its first one; retry")]
+    NotBootstrapped,
+    /// Leases granted under the lease before the last change may still run (→
+    /// `FAILED_PRECONDITION`).
+    #[error(
+        "refusing a second lease change so soon: leases granted before the last change may still \
+         run for {wait_ms} ms (the last change applied, or this leader took over, {since_ms} ms \
+         ago); retry after that"
+    )]
+    TooSoon { wait_ms: u64, since_ms: u64 },
 }
 
 /// Leader-local arbitration state. Dropped when leadership is lost.
 #[derive(Debug)]
 pub struct Arbiter {
-    lease: LeaseConfig,
+    /// This leader's config lease: proposed only while the set has no replicated lease.
+    bootstrap_lease: LeaseConfig,
     leader_since_ms: u64,
+    /// When this arbiter saw the last `SetLease` apply; its start if that was earlier.
+    lease_changed_ms: u64,
     /// Last grant this leader made to each AllocSvr.
     last_grant_ms: BTreeMap<AllocId, u64>,
     /// Found dead: never granted again by this leader.
     expired: BTreeSet<AllocId>,
-    /// Unsettled lease epoch → when it may be settled.
+    /// Unsettled lease epoch → when its `Assign` applied.
     fences: BTreeMap<u64, u64>,
 }
 
@@ -60,19 +116,61 @@ pub fn grant_for(control: &ControlState, alloc: AllocId) -> Vec<(SectionRange, u
 }
 
 impl Arbiter {
-    pub fn new(now_ms: u64, lease: LeaseConfig) -> Arbiter {
+    /// A new leader's arbiter. `bootstrap_lease` (the leader's config) is used only to commit
+    /// a first lease into a set that has none; every grant and wait uses the replicated one.
+    pub fn new(now_ms: u64, bootstrap_lease: LeaseConfig) -> Arbiter {
         Arbiter {
-            lease,
+            bootstrap_lease,
             leader_since_ms: now_ms,
+            lease_changed_ms: now_ms,
             last_grant_ms: BTreeMap::new(),
             expired: BTreeSet::new(),
             fences: BTreeMap::new(),
         }
     }
 
-    /// Whether a heartbeat from `alloc` may be answered with a grant.
+    /// Whether a heartbeat from `alloc` may be answered with a grant (of `control.lease`,
+    /// which is then `Some`). Never before the set has a replicated lease.
     pub fn may_grant(&self, control: &ControlState, alloc: AllocId) -> bool {
-        control.is_current(alloc) && !self.expired.contains(&alloc)
+        control.lease.is_some() && control.is_current(alloc) && !self.expired.contains(&alloc)
+    }
+
+    /// When anything granted or assigned at `at_ms` (by any leader, if at or before our start)
+    /// is surely over: `max(at + hold, lease change + previous hold)`.
+    fn over_at(&self, at_ms: u64, control: &ControlState) -> u64 {
+        let current = control.lease.unwrap_or(self.bootstrap_lease).hold_ms();
+        let previous = control.previous_lease.map_or(current, |l| l.hold_ms());
+        at_ms.saturating_add(current).max(self.lease_changed_ms.saturating_add(previous))
+    }
+
+    /// Records an applied `SetLease` (`Applied::LeaseChanged`).
+    pub fn on_lease_changed(&mut self, now_ms: u64) {
+        self.lease_changed_ms = self.lease_changed_ms.max(now_ms);
+    }
+
+    /// The command that changes the set's lease to `lease`, if that is allowed now: the input
+    /// is valid, the set has a lease, and the lease before the last change is surely over
+    /// (its hold has passed since this arbiter saw that change apply, or since it started).
+    /// The command applies only on top of the change this arbiter saw (compare-and-set).
+    pub fn lease_change(
+        &self,
+        now_ms: u64,
+        control: &ControlState,
+        lease: LeaseConfig,
+    ) -> Result<Command, LeaseChangeError> {
+        validate_lease(&lease)?;
+        let Some(current) = control.lease else {
+            return Err(LeaseChangeError::NotBootstrapped);
+        };
+        let previous = control.previous_lease.unwrap_or(current).hold_ms();
+        let until = self.lease_changed_ms.saturating_add(previous);
+        if now_ms < until {
+            return Err(LeaseChangeError::TooSoon {
+                wait_ms: until - now_ms,
+                since_ms: now_ms.saturating_sub(self.lease_changed_ms),
+            });
+        }
+        Ok(Command::SetLease { lease, after_change: control.lease_changes })
     }
 
     /// Records a grant; the caller must have checked `may_grant` in the same step.
@@ -81,10 +179,11 @@ impl Arbiter {
         self.last_grant_ms.insert(alloc, now_ms);
     }
 
-    /// Records an applied `Assign`: unsettled runs are fenced for one `hold` from now.
+    /// Records an applied `Assign`: unsettled runs are fenced for one `hold` from now (the
+    /// longest hold a lease that may still run was granted with).
     pub fn on_assigned(&mut self, lease_epoch: u64, settled: bool, now_ms: u64) {
         if !settled {
-            self.fences.insert(lease_epoch, now_ms + self.lease.hold_ms());
+            self.fences.insert(lease_epoch, now_ms);
         }
     }
 
@@ -96,14 +195,14 @@ impl Arbiter {
         self.expired.contains(&alloc)
     }
 
-    /// Whether the new-leader wait is over.
-    pub fn is_settled_in(&self, now_ms: u64) -> bool {
-        now_ms >= self.leader_since_ms + self.lease.hold_ms()
+    /// Whether the new-leader wait is over (never before the set has a replicated lease).
+    pub fn is_settled_in(&self, now_ms: u64, control: &ControlState) -> bool {
+        control.lease.is_some() && now_ms >= self.over_at(self.leader_since_ms, control)
     }
 
-    fn lease_over(&self, alloc: AllocId, now_ms: u64) -> bool {
+    fn lease_over(&self, alloc: AllocId, now_ms: u64, control: &ControlState) -> bool {
         let last = self.last_grant_ms.get(&alloc).copied().unwrap_or(self.leader_since_ms);
-        self.expired.contains(&alloc) || now_ms >= last + self.lease.hold_ms()
+        self.expired.contains(&alloc) || now_ms >= self.over_at(last, control)
     }
 
     /// The commands that move the set toward: every section owned by a live AllocSvr, fences
@@ -115,7 +214,12 @@ impl Arbiter {
         control: &ControlState,
         sections: SectionRange,
     ) -> Vec<Command> {
-        if !self.is_settled_in(now_ms) {
+        if control.lease.is_none() {
+            // Nothing is granted or moved before the set's lease is replicated.
+            let first = self.bootstrap_lease;
+            return vec![Command::SetLease { lease: first, after_change: control.lease_changes }];
+        }
+        if !self.is_settled_in(now_ms, control) {
             return Vec::new(); // a new leader reassigns nothing for one full lease
         }
         let mut commands = Vec::new();
@@ -128,9 +232,8 @@ impl Arbiter {
             .map(|(_, o)| o.lease_epoch)
             .collect();
         for e in unsettled {
-            let until =
-                self.fences.get(&e).copied().unwrap_or(self.leader_since_ms + self.lease.hold_ms());
-            if now_ms >= until {
+            let assigned = self.fences.get(&e).copied().unwrap_or(self.leader_since_ms);
+            if now_ms >= self.over_at(assigned, control) {
                 commands.push(Command::Settle { lease_epoch: e });
             }
         }
@@ -140,7 +243,7 @@ impl Arbiter {
 
         // 2. Expire AllocSvrs whose lease must be over: from now on they get no grant.
         for (&id, _) in control.allocs.iter() {
-            if !self.expired.contains(&id) && self.lease_over(id, now_ms) {
+            if !self.expired.contains(&id) && self.lease_over(id, now_ms, control) {
                 self.expired.insert(id);
             }
         }
@@ -186,7 +289,7 @@ impl Arbiter {
                 // (moving it on as settled would drop that fence).
                 let free = previous.is_none_or(|o| {
                     o.settled
-                        && self.lease_over(o.alloc, now_ms)
+                        && self.lease_over(o.alloc, now_ms, control)
                         && !self.may_grant(control, o.alloc)
                 });
                 let mut begin = range.begin();

@@ -89,13 +89,23 @@ impl Default for AllocTuning {
 
 impl AllocTuning {
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.lease_margin_ms == 0 || self.lease_margin_ms * 2 >= self.lease_ms {
+        // The same rule as a replicated `SetLease` (the first one comes from this file).
+        if self.lease_ms > crate::arbiter::MAX_LEASE_MS {
+            return invalid(format!(
+                "alloc.lease_ms ({}) must be at most {} (10 minutes)",
+                self.lease_ms,
+                crate::arbiter::MAX_LEASE_MS
+            ));
+        }
+        if self.lease_margin_ms == 0 || self.lease_margin_ms.saturating_mul(2) >= self.lease_ms {
             return invalid(format!(
                 "alloc.lease_margin_ms ({}) must be > 0 and less than half of alloc.lease_ms ({})",
                 self.lease_margin_ms, self.lease_ms
             ));
         }
-        if self.heartbeat_ms == 0 || self.heartbeat_ms * 2 > self.lease_ms - self.lease_margin_ms {
+        if self.heartbeat_ms == 0
+            || self.heartbeat_ms.saturating_mul(2) > self.lease_ms - self.lease_margin_ms
+        {
             return invalid(format!(
                 "alloc.heartbeat_ms ({}) must be > 0 and at most half of lease_ms - lease_margin_ms \
                  so one lost heartbeat does not lapse the lease",
@@ -388,5 +398,6 @@ stores = [{ id = 1, addr = "127.0.0.1:7101" }]
             "lease_margin_ms",
         );
         rejects(&format!("{GOOD}\n[alloc]\nheartbeat_ms = 2500\n"), "heartbeat_ms");
+        rejects(&format!("{GOOD}\n[alloc]\nlease_ms = 600001\n"), "at most 600000");
     }
 }

@@ -4,6 +4,12 @@
 use crate::ids::SectionId;
 use serde::{Deserialize, Serialize};
 
+/// The highest `max_seq` a section may ever reach (2^63). The store refuses raises beyond it
+/// with `INVALID_ARGUMENT`; an AllocSvr whose section reached it answers `RESOURCE_EXHAUSTED`
+/// for that section. Keeping 2^63 of headroom below `u64::MAX` means no arithmetic on a
+/// sequence (`+ step`, step growth, `+ count`) can overflow.
+pub const MAX_SEQ_CEILING: u64 = 1 << 63;
+
 /// A half-open range of sections `[begin, end)`, e.g. the sections one set owns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SectionRange {

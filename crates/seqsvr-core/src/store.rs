@@ -12,11 +12,16 @@
 //! - I4: a section's `max_seq` never decreases (`apply` only takes `max`), and lease epochs only
 //!   grow (`last_lease_epoch` is bumped by every `Assign`).
 //! - I3 (store side): an `AdvanceMaxSeq` from an AllocSvr applies only if that AllocSvr owns
-//!   every named section at the named epoch and the hand-over fence has passed.
+//!   every named section at the named epoch and the hand-over fence has passed. The lease timing
+//!   itself (`lease`, `margin`) is replicated state, changed only by `SetLease`, so every leader
+//!   grants and waits with the same numbers (DESIGN §8).
+//! - No `max_seq` above [`MAX_SEQ_CEILING`] is ever proposed ([`validate_advance`]), and `apply`
+//!   does no arithmetic that can overflow: a counter that would wrap rejects its command.
 
+use crate::arbiter::LeaseConfig;
 use crate::assign::{Assignment, Owner};
 use crate::ids::{AllocId, SectionId};
-use crate::section::SectionRange;
+use crate::section::{SectionRange, MAX_SEQ_CEILING};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -47,6 +52,12 @@ pub enum Command {
     SetDraining { alloc: AllocId, draining: bool },
     /// Forget a registration that owns nothing.
     RemoveAlloc { alloc: AllocId },
+    /// Replace the replicated lease timing; the one it replaces becomes `previous_lease` (grants
+    /// under it may still run). Applies only if exactly `after_change` lease changes applied
+    /// before it (compare-and-set), so two changes proposed on the same state cannot both apply:
+    /// the arbiter allows a change only once the lease before the last change is surely over
+    /// (`Arbiter::lease_change`), which needs the last change to be the one it saw.
+    SetLease { lease: LeaseConfig, after_change: u64 },
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -77,6 +88,13 @@ pub enum InputError {
     SectionOutOfRange { section: SectionId, begin: SectionId, end: SectionId },
     #[error("section {0} appears more than once in the batch")]
     DuplicateSection(SectionId),
+    #[error(
+        "section {section}: max_seq {max_seq} is above the ceiling {MAX_SEQ_CEILING} (2^63) that \
+         no section's max_seq may pass"
+    )]
+    AboveCeiling { section: SectionId, max_seq: u64 },
+    #[error("invalid lease: {0}")]
+    InvalidLease(String),
 }
 
 /// Checks a read request: non-empty, within the batch limit, each section in range and once.
@@ -107,14 +125,25 @@ pub fn validate_read(
     Ok(())
 }
 
-/// Checks an advance request the same way as a read.
+/// Checks an advance request the same way as a read, and that no target is above
+/// [`MAX_SEQ_CEILING`] (operator raises included: a section near `u64::MAX` would make its
+/// AllocSvr's `max_seq + step` overflow).
 pub fn validate_advance(
     range: SectionRange,
     max_batch: usize,
     sections: &[SectionAdvance],
 ) -> Result<(), InputError> {
     let ids: Vec<SectionId> = sections.iter().map(|a| a.section).collect();
-    validate_read(range, max_batch, &ids)
+    validate_read(range, max_batch, &ids)?;
+    match sections.iter().find(|a| a.max_seq > MAX_SEQ_CEILING) {
+        Some(a) => Err(InputError::AboveCeiling { section: a.section, max_seq: a.max_seq }),
+        None => Ok(()),
+    }
+}
+
+/// Checks a lease before a `SetLease` is proposed (see [`LeaseConfig::check`]).
+pub fn validate_lease(lease: &LeaseConfig) -> Result<(), InputError> {
+    lease.check().map_err(InputError::InvalidLease)
 }
 
 /// Why a committed command changed nothing. Deterministic: every member rejects alike.
@@ -129,6 +158,16 @@ pub enum Rejected {
     UnknownAlloc(AllocId),
     #[error("alloc {alloc} still owns {n_sections} sections")]
     AllocOwnsSections { alloc: AllocId, n_sections: u64 },
+    #[error(
+        "lease change refused: it was proposed after lease change {after_change}, but {lease_changes} \
+         changes have applied (another change applied first); read the lease and retry"
+    )]
+    StaleLeaseChange { after_change: u64, lease_changes: u64 },
+    #[error("invalid lease: {0}")]
+    InvalidLease(String),
+    /// A counter (`what`) would pass `u64::MAX`: refused rather than wrapped or panicking.
+    #[error("{what} is exhausted (at u64::MAX); the command changed nothing")]
+    Exhausted { what: String },
 }
 
 /// What a command produced for its proposer.
@@ -139,6 +178,10 @@ pub enum Applied {
     Registered(AllocId),
     Assigned {
         lease_epoch: u64,
+    },
+    /// A `SetLease` applied; `lease_changes` counts the changes so far, this one included.
+    LeaseChanged {
+        lease_changes: u64,
     },
     Done,
 }
@@ -180,9 +223,29 @@ pub struct ControlState {
     pub last_lease_epoch: u64,
     /// Bumped whenever the route table (assignment or addresses) changes.
     pub route_version: u64,
+    /// The lease timing every grant and every wait uses. `None` until the first `SetLease`
+    /// applied (a new set, or data written before the lease was replicated): no leader grants
+    /// until then.
+    #[serde(default)]
+    pub lease: Option<LeaseConfig>,
+    /// The lease the last `SetLease` replaced (for the first one: the lease it set, as the
+    /// leaders before it are assumed to have used their config's lease, the same one). Grants
+    /// under it may still run, so every wait covers its hold too.
+    #[serde(default)]
+    pub previous_lease: Option<LeaseConfig>,
+    /// Number of `SetLease` commands applied: the compare-and-set token of the next one.
+    #[serde(default)]
+    pub lease_changes: u64,
 }
 
 impl ControlState {
+    /// The longest hold (`lease + margin`) a grant that may still run was made with: of the
+    /// current and the previous lease. `None` while no lease is replicated.
+    pub fn longest_hold_ms(&self) -> Option<u64> {
+        let current = self.lease?.hold_ms();
+        Some(current.max(self.previous_lease.map_or(0, |l| l.hold_ms())))
+    }
+
     /// An alloc that may hold sections: registered and not replaced.
     pub fn is_current(&self, alloc: AllocId) -> bool {
         self.allocs.get(&alloc).is_some_and(|r| !r.replaced)
@@ -206,6 +269,12 @@ impl ControlState {
     pub fn decode(bytes: &[u8]) -> Result<ControlState, CodecError> {
         serde_json::from_slice(bytes).map_err(|e| CodecError::Decode(e.to_string()))
     }
+}
+
+/// `v + 1`, or a rejection naming `what` where that would pass `u64::MAX` (an overflow in
+/// `apply` would panic every member at the same entry, forever).
+fn bump(v: u64, what: &str) -> Result<u64, Rejected> {
+    v.checked_add(1).ok_or_else(|| Rejected::Exhausted { what: what.to_string() })
 }
 
 /// The in-memory state machine. The storage layer persists each `ApplyOutcome` together with
@@ -267,8 +336,12 @@ impl StoreState {
             Command::AdvanceMaxSeq { alloc, sections } => self.advance(*alloc, sections),
             Command::RegisterAlloc { addr } => {
                 let c = &mut self.control;
-                c.last_alloc_id += 1;
-                let id = AllocId(c.last_alloc_id);
+                let id = match bump(c.last_alloc_id, "the alloc id space") {
+                    Ok(id) => id,
+                    Err(e) => return ApplyOutcome::control(Err(e)),
+                };
+                c.last_alloc_id = id;
+                let id = AllocId(id);
                 for r in c.allocs.values_mut().filter(|r| r.addr == *addr) {
                     r.replaced = true;
                 }
@@ -283,12 +356,17 @@ impl StoreState {
                     return ApplyOutcome::control(Err(Rejected::UnknownAlloc(bad)));
                 }
                 let c = &mut self.control;
-                c.last_lease_epoch += 1;
-                let lease_epoch = c.last_lease_epoch;
+                let bumped = bump(c.last_lease_epoch, "the lease epoch")
+                    .and_then(|e| Ok((e, bump(c.route_version, "the route version")?)));
+                let (lease_epoch, route_version) = match bumped {
+                    Ok(b) => b,
+                    Err(e) => return ApplyOutcome::control(Err(e)),
+                };
+                c.last_lease_epoch = lease_epoch;
                 for &(range, alloc) in moves {
                     c.assignment.assign(range, Owner { alloc, lease_epoch, settled: *settled });
                 }
-                c.route_version += 1;
+                c.route_version = route_version;
                 ApplyOutcome::control(Ok(Applied::Assigned { lease_epoch }))
             }
             Command::Settle { lease_epoch } => {
@@ -314,11 +392,38 @@ impl StoreState {
                         n_sections: owned,
                     }));
                 }
-                if self.control.allocs.remove(alloc).is_none() {
+                if !self.control.allocs.contains_key(alloc) {
                     return ApplyOutcome::control(Err(Rejected::UnknownAlloc(*alloc)));
                 }
-                self.control.route_version += 1;
+                let route_version = match bump(self.control.route_version, "the route version") {
+                    Ok(v) => v,
+                    Err(e) => return ApplyOutcome::control(Err(e)),
+                };
+                self.control.allocs.remove(alloc);
+                self.control.route_version = route_version;
                 ApplyOutcome::control(Ok(Applied::Done))
+            }
+            Command::SetLease { lease, after_change } => {
+                // Judged again at apply (deterministically): a hand-made entry cannot install a
+                // lease the leader would have refused.
+                if let Err(why) = lease.check() {
+                    return ApplyOutcome::control(Err(Rejected::InvalidLease(why)));
+                }
+                let c = &mut self.control;
+                if *after_change != c.lease_changes {
+                    return ApplyOutcome::control(Err(Rejected::StaleLeaseChange {
+                        after_change: *after_change,
+                        lease_changes: c.lease_changes,
+                    }));
+                }
+                let lease_changes = match bump(c.lease_changes, "the lease change count") {
+                    Ok(n) => n,
+                    Err(e) => return ApplyOutcome::control(Err(e)),
+                };
+                c.previous_lease = Some(c.lease.unwrap_or(*lease));
+                c.lease = Some(*lease);
+                c.lease_changes = lease_changes;
+                ApplyOutcome::control(Ok(Applied::LeaseChanged { lease_changes }))
             }
         }
     }
@@ -540,6 +645,135 @@ mod tests {
         assert_eq!(back, s);
         assert_eq!(s.first_regression(&StoreState::new()), Some((SectionId(u64::MAX), 1, 0)));
         assert_eq!(StoreState::new().first_regression(&s), None);
+    }
+
+    #[test]
+    fn advances_above_the_ceiling_are_refused_before_proposing() {
+        let r = range();
+        assert_eq!(validate_advance(r, 4, &[adv(10, MAX_SEQ_CEILING, 0)]), Ok(()));
+        for target in [MAX_SEQ_CEILING + 1, u64::MAX - 5, u64::MAX] {
+            // One bad section refuses the whole batch, operator raise or not.
+            let err = validate_advance(r, 4, &[adv(11, 5, 0), adv(12, target, 3)]).unwrap_err();
+            assert_eq!(err, InputError::AboveCeiling { section: SectionId(12), max_seq: target });
+            let msg = err.to_string();
+            assert!(msg.contains("ceiling 9223372036854775808 (2^63)"), "{msg}");
+        }
+        // The batch checks come first, so a malformed batch reports what is malformed.
+        assert_eq!(
+            validate_advance(r, 4, &[adv(12, u64::MAX, 0), adv(12, 1, 0)]),
+            Err(InputError::DuplicateSection(SectionId(12)))
+        );
+    }
+
+    #[test]
+    fn apply_refuses_rather_than_overflows_its_counters() {
+        let mut s = StoreState::new();
+        let a = registered(&mut s, "a:1");
+        assigned(&mut s, 0, 5, a, true);
+        let full = |f: fn(&mut ControlState)| {
+            let mut c = s.control().clone();
+            f(&mut c);
+            StoreState::from_parts(s.iter(), c)
+        };
+        let r = SectionRange::new(SectionId(5), SectionId(6)).unwrap();
+        let lease = LeaseConfig { lease_ms: 3000, margin_ms: 300 };
+        let cases: Vec<(StoreState, Command)> = vec![
+            (full(|c| c.last_alloc_id = u64::MAX), Command::RegisterAlloc { addr: "b:1".into() }),
+            (
+                full(|c| c.last_lease_epoch = u64::MAX),
+                Command::Assign { moves: vec![(r, a)], settled: false },
+            ),
+            (
+                full(|c| c.route_version = u64::MAX),
+                Command::Assign { moves: vec![(r, a)], settled: true },
+            ),
+            (
+                full(|c| {
+                    c.allocs.insert(
+                        AllocId(9),
+                        AllocRecord { addr: "z:1".into(), draining: false, replaced: true },
+                    );
+                    c.route_version = u64::MAX;
+                }),
+                Command::RemoveAlloc { alloc: AllocId(9) },
+            ),
+            (
+                full(|c| c.lease_changes = u64::MAX),
+                Command::SetLease { lease, after_change: u64::MAX },
+            ),
+        ];
+        for (mut state, command) in cases {
+            let before = state.clone();
+            let out = state.apply(&command);
+            assert!(
+                matches!(out.result, Err(Rejected::Exhausted { .. })),
+                "{command:?}: {:?}",
+                out.result
+            );
+            assert!(!out.control_changed && out.changed.is_empty());
+            assert_eq!(state, before, "{command:?} changed something");
+        }
+        // max_seq takes `max`, never a sum: u64::MAX (from a log written before the ceiling)
+        // still applies.
+        let out = s.apply(&operator(vec![adv(1, u64::MAX, 0)]));
+        assert_eq!(values(&out), vec![(SectionId(1), u64::MAX)]);
+        assert_eq!(values(&s.apply(&operator(vec![adv(1, 7, 0)]))), vec![(SectionId(1), u64::MAX)]);
+    }
+
+    #[test]
+    fn set_lease_is_validated_compare_and_set_and_keeps_the_previous_lease() {
+        let mut s = StoreState::new();
+        assert_eq!(s.control().longest_hold_ms(), None);
+        let l1 = LeaseConfig { lease_ms: 3000, margin_ms: 300 };
+        let l2 = LeaseConfig { lease_ms: 1000, margin_ms: 100 };
+        let set = |lease, after_change| Command::SetLease { lease, after_change };
+        let bad = LeaseConfig { lease_ms: 1000, margin_ms: 600 };
+        assert!(matches!(validate_lease(&bad), Err(InputError::InvalidLease(_))));
+        let out = s.apply(&set(bad, 0));
+        assert!(matches!(out.result, Err(Rejected::InvalidLease(_))));
+        assert!(!out.control_changed);
+        assert_eq!(s.apply(&set(l1, 0)).result, Ok(Applied::LeaseChanged { lease_changes: 1 }));
+        assert_eq!((s.control().lease, s.control().previous_lease), (Some(l1), Some(l1)));
+        let stale = s.apply(&set(l2, 0));
+        assert_eq!(
+            stale.result,
+            Err(Rejected::StaleLeaseChange { after_change: 0, lease_changes: 1 })
+        );
+        assert!(!stale.control_changed);
+        let out = s.apply(&set(l2, 1));
+        assert_eq!(out.result, Ok(Applied::LeaseChanged { lease_changes: 2 }));
+        assert!(out.control_changed, "the caller must persist the new lease");
+        assert_eq!((s.control().lease, s.control().previous_lease), (Some(l2), Some(l1)));
+        assert_eq!(s.control().longest_hold_ms(), Some(3300));
+        // Round trips through commands, the control record and snapshots.
+        let cmd = set(l2, 1);
+        assert_eq!(Command::decode(&cmd.encode()).unwrap(), cmd);
+        assert_eq!(ControlState::decode(&s.control().encode()).unwrap(), *s.control());
+        assert_eq!(StoreState::decode_snapshot(&s.encode_snapshot()).unwrap(), s);
+    }
+
+    #[test]
+    fn control_records_and_snapshots_from_before_the_replicated_lease_still_decode() {
+        // Written by the build before `lease`, `previous_lease` and `lease_changes` existed.
+        let control = r#"{"allocs":{"1":{"addr":"a:1","draining":false,"replaced":false}},
+            "assignment":{"runs":{}},"last_alloc_id":1,"last_lease_epoch":4,"route_version":6}"#;
+        let c = ControlState::decode(control.as_bytes()).unwrap();
+        assert_eq!((c.lease, c.previous_lease, c.lease_changes), (None, None, 0));
+        assert_eq!((c.last_alloc_id, c.last_lease_epoch, c.route_version), (1, 4, 6));
+        let snapshot = format!(r#"{{"format":2,"max_seq":[[3,700]],"control":{control}}}"#);
+        let s = StoreState::decode_snapshot(snapshot.as_bytes()).unwrap();
+        assert_eq!(s.max_seq(SectionId(3)), 700);
+        assert_eq!(*s.control(), c);
+        // The same for a record of today's format with the new fields taken out.
+        let mut s = StoreState::new();
+        let a = registered(&mut s, "a:1");
+        assigned(&mut s, 0, 5, a, false);
+        let mut v: serde_json::Value = serde_json::from_slice(&s.control().encode()).unwrap();
+        for field in ["lease", "previous_lease", "lease_changes"] {
+            assert!(v.as_object_mut().unwrap().remove(field).is_some(), "{field}");
+        }
+        let old = ControlState::decode(&serde_json::to_vec(&v).unwrap()).unwrap();
+        assert_eq!(old, *s.control());
     }
 
     proptest! {

@@ -6,11 +6,16 @@
 //!   before it treats an AllocSvr as gone, settles a hand-over, or (as a new leader) reassigns:
 //!   the new owner serves while the old one's lease may still run.
 //! - `teeth-no-fencing`: `AdvanceMaxSeq` skips the owner/epoch check at apply.
+//! - `teeth-bootstrap-empty-voter`: a StoreSvr that finds an empty data dir bootstraps itself as
+//!   a voter of the configured members whatever `--initial-cluster-state` says, and votes at
+//!   once (the lost-disk bug: a wiped member elects a leader that lacks committed entries).
 
 /// Whether the arbiter's waits are cut short (see the module doc).
 pub const NO_LEASE_WAIT: bool = cfg!(feature = "teeth-no-lease-wait");
 /// Whether the store skips fencing (see the module doc).
 pub const NO_FENCING: bool = cfg!(feature = "teeth-no-fencing");
+/// Whether an empty data dir is bootstrapped as a voter (see the module doc).
+pub const BOOTSTRAP_EMPTY_VOTER: bool = cfg!(feature = "teeth-bootstrap-empty-voter");
 
 /// The teeth compiled into this build.
 pub fn enabled() -> Vec<&'static str> {
@@ -20,6 +25,9 @@ pub fn enabled() -> Vec<&'static str> {
     }
     if NO_FENCING {
         on.push("teeth-no-fencing");
+    }
+    if BOOTSTRAP_EMPTY_VOTER {
+        on.push("teeth-bootstrap-empty-voter");
     }
     on
 }

@@ -1,6 +1,12 @@
 //! What every seqsvr server binary does around its own `run`: structured logs, a Tokio runtime,
 //! SIGTERM/Ctrl-C as the shutdown signal, and refusing to start a teeth build by accident.
 //! Binaries stay thin: parse flags, build a config, call [`serve`].
+//!
+//! [`clock`]: the clock leases are measured on (`CLOCK_BOOTTIME`, which counts suspends).
+
+pub mod clock;
+
+pub use clock::BootInstant;
 
 use std::future::Future;
 use std::process::ExitCode;

@@ -40,9 +40,28 @@ pub struct Args {
     pub max_batch_sections: Option<usize>,
     #[arg(long, env = "SEQSVR_REQUEST_TIMEOUT_MS")]
     pub request_timeout_ms: Option<u64>,
+    /// What an EMPTY data dir means (ignored once the dir holds a store). `new`: this member is
+    /// one of the set's initial members, being created now: bootstrap with the cluster file's
+    /// members as voters (refused if another member reports that the set already exists).
+    /// `existing` (the default): the set already exists; start as an empty member that never
+    /// votes or campaigns, and wait to be added (`seqctl store add-learner`) and caught up by
+    /// snapshot. Like etcd's --initial-cluster-state.
+    #[arg(long, env = "SEQSVR_INITIAL_CLUSTER_STATE", value_enum, default_value_t = InitialClusterState::Existing)]
+    pub initial_cluster_state: InitialClusterState,
+    /// The address other members and clients dial for this member. Defaults to the member's
+    /// `addr` in the cluster file; required for a member the file does not list (one added later).
+    #[arg(long, env = "SEQSVR_ADDR")]
+    pub addr: Option<String>,
     /// Log format: `text` or `json`. Filter with RUST_LOG (default `info`).
     #[arg(long, env = "SEQSVR_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
+}
+
+/// What an empty data dir means; see `Args::initial_cluster_state`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum InitialClusterState {
+    New,
+    Existing,
 }
 
 /// Everything a member needs, validated.
@@ -52,9 +71,13 @@ pub struct NodeConfig {
     pub node_id: NodeId,
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
-    /// The address others dial, from the cluster config.
+    /// The address others dial (the cluster file's, or `--addr`).
     pub addr: String,
+    /// The members the cluster file lists (this one included when listed): the initial voters
+    /// of a `new` set, and this process's own view of their addresses (tests route them through
+    /// proxies). The replicated membership says who the members are now.
     pub members: Vec<(NodeId, String)>,
+    pub initial_cluster_state: InitialClusterState,
     pub sections: SectionRange,
     pub uid_begin: u64,
     pub uid_end: u64,
@@ -75,9 +98,23 @@ impl NodeConfig {
         let Some(set) = cluster.set(set_id) else {
             bail!("set {set_id} is not in {}", args.config.display());
         };
-        let Some(me) = set.member(node_id) else {
-            bail!("set {set_id} in {} has no member {node_id}", args.config.display());
+        let addr = match (set.member(node_id), &args.addr) {
+            (_, Some(addr)) => addr.clone(),
+            (Some(me), None) => me.addr.clone(),
+            (None, None) => bail!(
+                "set {set_id} in {} does not list member {node_id}: a member added later needs                  --addr HOST:PORT (the address the others dial)",
+                args.config.display()
+            ),
         };
+        if set.member(node_id).is_none() && args.initial_cluster_state == InitialClusterState::New {
+            bail!(
+                "member {node_id} is not one of set {set_id}'s initial members in {}, so it                  cannot create the set (--initial-cluster-state new); start it with `existing`                  and add it with `seqctl store add-learner`",
+                args.config.display()
+            );
+        }
+        if node_id.0 == 0 {
+            bail!("node id 0 is reserved (raft-rs uses it for 'none')");
+        }
         let mut tuning = cluster.store.clone();
         macro_rules! override_with {
             ($($field:ident),*) => { $(if let Some(v) = args.$field { tuning.$field = v; })* };
@@ -91,8 +128,8 @@ impl NodeConfig {
             request_timeout_ms
         );
         tuning.validate()?;
-        let Some(default) = default_listen(&me.addr) else {
-            bail!("member addr {:?} is not host:port", me.addr);
+        let Some(default) = default_listen(&addr) else {
+            bail!("member addr {addr:?} is not host:port");
         };
         let listen = args.listen.unwrap_or(default);
         Ok(NodeConfig {
@@ -100,8 +137,9 @@ impl NodeConfig {
             node_id,
             data_dir: args.data_dir.clone(),
             listen,
-            addr: me.addr.clone(),
+            addr,
             members: set.stores.iter().map(|m| (m.id, m.addr.clone())).collect(),
+            initial_cluster_state: args.initial_cluster_state,
             sections: set.sections(cluster.section_size),
             uid_begin: set.uid_begin,
             uid_end: set.uid_end,

@@ -17,16 +17,21 @@
 //! for a plan and proposes it (one round in flight at a time), answers AllocSvr heartbeats with
 //! grants after a ReadIndex confirms leadership, and tells the arbiter what applied.
 
-use crate::storage::{AppliedBatch, NodeStorage, StorageFault};
+use crate::leader_state::{Pending, Proposals, SlotChange, TermSlot, Unapplied};
+use crate::storage::{AppliedBatch, Members, NodeStorage, StorageFault};
 use crate::transport::{PeerReport, Transport};
 use protobuf::Message as _;
-use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message};
+use raft::eraftpb::{
+    ConfChange, ConfChangeSingle, ConfChangeType, ConfChangeV2, Entry, EntryType, Message,
+    MessageType,
+};
 use raft::{RawNode, SnapshotStatus, StateRole};
-use seqsvr_core::arbiter::{grant_for, Arbiter, LeaseConfig};
+use seqsvr_core::arbiter::{grant_for, Arbiter, LeaseChangeError, LeaseConfig};
 use seqsvr_core::ids::{AllocId, NodeId, SectionId, SetId};
 use seqsvr_core::section::SectionRange;
 use seqsvr_core::store::{Applied, Command, Rejected, SectionAdvance};
-use std::collections::{BTreeMap, HashMap};
+use seqsvr_server::BootInstant;
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -38,17 +43,25 @@ const PENDING_PROPOSALS_MAX: usize = 16_384;
 const PENDING_READS_MAX: usize = 16_384;
 /// Inputs handled per loop turn before processing the Ready (batching without starving ticks).
 const INPUTS_PER_TURN_MAX: usize = 512;
+/// A learner is promoted only when its match index is at most this far behind the leader's
+/// commit index (as etcd's `member promote` requires a caught-up learner).
+pub const PROMOTE_LAG_MAX: u64 = 64;
 
 pub struct DriverConfig {
     pub set_id: SetId,
     pub node_id: NodeId,
-    /// Every member of the set with its address, this one included.
+    /// The address the others dial for this member.
+    pub addr: String,
+    /// The members the cluster file lists, with this process's view of their addresses (which
+    /// wins over the replicated directory: tests route links through proxies).
     pub members: Vec<(NodeId, String)>,
     pub tick: Duration,
     pub election_ticks: usize,
     pub heartbeat_ticks: usize,
     pub compact_log_entries: u64,
     pub sections: SectionRange,
+    /// This member's config lease: proposed only while the set has no replicated lease yet
+    /// (every grant and wait uses the replicated one).
     pub lease: LeaseConfig,
 }
 
@@ -71,6 +84,12 @@ pub enum RequestError {
     Stopped,
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// Valid, but not now (a membership change pending, a learner not caught up).
+    #[error("{0}")]
+    Precondition(String),
+    /// Covered by a snapshot this member installed: it may or may not have applied.
+    #[error("outcome unknown")]
+    OutcomeUnknown,
     /// A committed command that changed nothing (fencing, unknown alloc).
     #[error("{0}")]
     Rejected(Rejected),
@@ -129,7 +148,7 @@ pub struct ReadDone {
     pub read_index: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeStatus {
     pub role: String,
     pub term: u64,
@@ -142,24 +161,102 @@ pub struct NodeStatus {
     pub voters: Vec<u64>,
     pub learners: Vec<u64>,
     pub n_sections_advanced: u64,
+    pub leader_addr: String,
+    pub members: Vec<MemberView>,
+    pub vote_blocked: bool,
+    pub lease: LeaseConfig,
+}
+
+/// One member as the replicated membership (and, on the leader, its progress) says.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MemberView {
+    pub id: u64,
+    pub addr: String,
+    pub learner: bool,
+    pub match_index: u64,
+    pub lag: u64,
+}
+
+/// A membership change (one at a time; see `Driver::propose_membership`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MembershipChange {
+    AddLearner { id: NodeId, addr: String },
+    Promote { id: NodeId },
+    Remove { id: NodeId },
+}
+
+/// The membership once a change applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MembershipDone {
+    pub members: Vec<MemberView>,
+    pub applied_index: u64,
 }
 
 type Reply<T> = oneshot::Sender<Result<T, RequestError>>;
 
 pub enum Input {
-    Advance { alloc: Option<AllocId>, sections: Vec<SectionAdvance>, reply: Reply<Advanced> },
-    Register { addr: String, reply: Reply<AllocId> },
-    Heartbeat { alloc: AllocId, route_version: u64, reply: Reply<Grant> },
-    Load { range: SectionRange, reply: Reply<ReadDone> },
-    Route { reply: Reply<RouteView> },
-    Leases { reply: Reply<LeasesView> },
-    Move { range: SectionRange, to: AllocId, reply: Reply<u64> },
-    Drain { alloc: AllocId, drain: bool, reply: Reply<()> },
-    Read { sections: Vec<SectionId>, reply: Reply<ReadDone> },
-    Status { reply: oneshot::Sender<NodeStatus> },
-    LocalRead { sections: Vec<SectionId>, reply: oneshot::Sender<ReadDone> },
-    TransferLeader { target: NodeId, reply: Reply<()> },
-    Raft(Vec<Message>),
+    Advance {
+        alloc: Option<AllocId>,
+        sections: Vec<SectionAdvance>,
+        reply: Reply<Advanced>,
+    },
+    Register {
+        addr: String,
+        reply: Reply<AllocId>,
+    },
+    Heartbeat {
+        alloc: AllocId,
+        route_version: u64,
+        reply: Reply<Grant>,
+    },
+    Load {
+        range: SectionRange,
+        reply: Reply<ReadDone>,
+    },
+    Route {
+        reply: Reply<RouteView>,
+    },
+    Leases {
+        reply: Reply<LeasesView>,
+    },
+    Move {
+        range: SectionRange,
+        to: AllocId,
+        reply: Reply<u64>,
+    },
+    Drain {
+        alloc: AllocId,
+        drain: bool,
+        reply: Reply<()>,
+    },
+    Read {
+        sections: Vec<SectionId>,
+        reply: Reply<ReadDone>,
+    },
+    Status {
+        reply: oneshot::Sender<NodeStatus>,
+    },
+    LocalRead {
+        sections: Vec<SectionId>,
+        reply: oneshot::Sender<ReadDone>,
+    },
+    TransferLeader {
+        target: NodeId,
+        reply: Reply<()>,
+    },
+    Membership {
+        change: MembershipChange,
+        reply: Reply<MembershipDone>,
+    },
+    SetLease {
+        lease: LeaseConfig,
+        reply: Reply<LeaseConfig>,
+    },
+    /// Messages from a peer; `from_addr` is where it says it can be reached.
+    Raft {
+        from_addr: String,
+        messages: Vec<Message>,
+    },
     Peer(PeerReport),
 }
 
@@ -258,6 +355,22 @@ impl DriverHandle {
         self.call(wait, |reply| Input::TransferLeader { target, reply }).await
     }
 
+    pub async fn membership(
+        &self,
+        change: MembershipChange,
+        wait: Duration,
+    ) -> Result<MembershipDone, RequestError> {
+        self.call(wait, |reply| Input::Membership { change, reply }).await
+    }
+
+    pub async fn set_lease(
+        &self,
+        lease: LeaseConfig,
+        wait: Duration,
+    ) -> Result<LeaseConfig, RequestError> {
+        self.call(wait, |reply| Input::SetLease { lease, reply }).await
+    }
+
     pub async fn status(&self) -> Result<NodeStatus, RequestError> {
         let (reply, rx) = oneshot::channel();
         self.tx.send(Input::Status { reply }).await.map_err(|_| RequestError::Stopped)?;
@@ -273,8 +386,12 @@ impl DriverHandle {
         rx.await.map_err(|_| RequestError::Stopped)
     }
 
-    pub async fn step(&self, messages: Vec<Message>) -> Result<(), RequestError> {
-        self.tx.send(Input::Raft(messages)).await.map_err(|_| RequestError::Stopped)
+    pub async fn step(
+        &self,
+        from_addr: String,
+        messages: Vec<Message>,
+    ) -> Result<(), RequestError> {
+        self.tx.send(Input::Raft { from_addr, messages }).await.map_err(|_| RequestError::Stopped)
     }
 }
 
@@ -284,6 +401,8 @@ enum ProposalReply {
     Register(Reply<AllocId>),
     Move(Reply<u64>),
     Done(Reply<()>),
+    Membership(Reply<MembershipDone>),
+    Lease(Reply<LeaseConfig>),
     /// The arbiter's own proposal: nobody waits, but the round is over when it resolves.
     Arbiter,
 }
@@ -312,6 +431,20 @@ impl ProposalReply {
             ProposalReply::Done(r) => {
                 let _ = r.send(result.map(|_| ()));
             }
+            ProposalReply::Lease(r) => {
+                // Answered with the new lease in `Driver::apply`; only failures come here.
+                let _ =
+                    r.send(result.and_then(|a| {
+                        Err(RequestError::Dropped(format!("unexpected result {a:?}")))
+                    }));
+            }
+            ProposalReply::Membership(r) => {
+                // Answered with the membership in `Driver::apply`; only failures come here.
+                let _ =
+                    r.send(result.and_then(|a| {
+                        Err(RequestError::Dropped(format!("unexpected result {a:?}")))
+                    }));
+            }
             ProposalReply::Arbiter => {
                 if let Err(e) = result {
                     tracing::info!(error = %e, "arbiter proposal did not apply; will re-plan");
@@ -319,11 +452,6 @@ impl ProposalReply {
             }
         }
     }
-}
-
-struct PendingProposal {
-    term: u64,
-    reply: ProposalReply,
 }
 
 /// What a confirmed ReadIndex is for.
@@ -369,18 +497,20 @@ pub struct Driver {
     config: DriverConfig,
     transport: Transport,
     /// Proposals by log index. Invariant: every key is > the applied index.
-    proposals: BTreeMap<u64, PendingProposal>,
+    proposals: Proposals<ProposalReply>,
     reads: HashMap<u64, PendingRead>,
     next_read_id: u64,
     /// When each peer was last heard from: the leader proposes only with a quorum in sight.
     last_heard: HashMap<u64, Instant>,
     was_leader: bool,
-    /// Present exactly while this member is leader.
-    arbiter: Option<Arbiter>,
-    /// Arbiter proposals not yet applied (or superseded): the next plan waits for them.
-    arbiter_in_flight: usize,
-    /// Origin of the monotonic milliseconds handed to the arbiter.
-    clock: Instant,
+    /// Present while this member is leader, for exactly one term (see `leader_state.rs`).
+    arbiter: TermSlot<Arbiter>,
+    /// Origin of the milliseconds handed to the arbiter: CLOCK_BOOTTIME, which keeps counting
+    /// while the host is suspended (CLOCK_MONOTONIC, `Instant`, stops; a leader host suspended
+    /// past a lease would wake up believing its grants and fences were younger than they are).
+    clock: BootInstant,
+    /// The term in which a blocked vote was last logged (one line per term, not per message).
+    vote_block_logged_term: u64,
 }
 
 /// Creates the channel the driver reads; the sender half goes to the transport and handlers.
@@ -412,14 +542,26 @@ impl Driver {
             node,
             config,
             transport,
-            proposals: BTreeMap::new(),
+            proposals: Proposals::default(),
             reads: HashMap::new(),
             next_read_id: 1,
             last_heard: HashMap::new(),
             was_leader: false,
-            arbiter: None,
-            arbiter_in_flight: 0,
-            clock: Instant::now(),
+            arbiter: TermSlot::default(),
+            clock: BootInstant::now(),
+            vote_block_logged_term: 0,
+        })
+        .map(|mut driver| {
+            driver.sync_peers();
+            if driver.node.store().vote_blocked() {
+                tracing::warn!(
+                    "this member started from an empty data dir of an existing set: it will not \
+                     vote or campaign until a membership change applied from the log makes it a \
+                     voter (seqctl store add-learner, then promote; a member that is still a \
+                     voter must be removed first)"
+                );
+            }
+            driver
         })
     }
 
@@ -437,7 +579,13 @@ impl Driver {
                 biased;
                 _ = shutdown.changed() => break,
                 _ = ticker.tick() => {
-                    self.node.tick();
+                    // A vote-blocked member never campaigns: a follower's tick only counts
+                    // toward an election.
+                    if !self.node.store().vote_blocked()
+                        || self.node.raft.state == StateRole::Leader
+                    {
+                        self.node.tick();
+                    }
                     self.arbitrate();
                 }
                 input = rx.recv() => {
@@ -463,12 +611,52 @@ impl Driver {
 
     fn handle(&mut self, input: Input) {
         match input {
-            Input::Raft(messages) => {
+            Input::Raft { from_addr, messages } => {
                 let now = Instant::now();
+                let blocked = self.node.store().vote_blocked();
                 for m in messages {
                     self.last_heard.insert(m.from, now);
+                    self.learn_peer(m.from, &from_addr);
+                    if blocked && is_vote_or_campaign(m.get_msg_type()) {
+                        if self.vote_block_logged_term < m.term {
+                            self.vote_block_logged_term = m.term;
+                            tracing::warn!(from = m.from, term = m.term, kind = ?m.get_msg_type(),
+                                "vote-blocked member ignores a vote request / campaign order");
+                        }
+                        continue;
+                    }
                     if let Err(e) = self.node.step(m) {
                         tracing::debug!(error = %e, "raft step refused a message");
+                    }
+                }
+            }
+            Input::Membership { change, reply } => self.propose_membership(change, reply),
+            Input::SetLease { lease, reply } => {
+                let now = self.now_ms();
+                let term = self.node.raft.term;
+                if let Err(e) = self.check_can_serve(self.proposals.len(), PENDING_PROPOSALS_MAX) {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
+                if self.current_arbiter().is_none() {
+                    let _ = reply.send(Err(RequestError::NotLeader { leader: self.leader_hint() }));
+                    return;
+                }
+                let control = self.node.store().state().control();
+                let Some(arbiter) = self.arbiter.get_mut_of_term(term) else { return };
+                match arbiter.lease_change(now, control, lease) {
+                    Ok(command) => {
+                        tracing::info!(?lease, "lease change proposed");
+                        self.propose(command, ProposalReply::Lease(reply));
+                    }
+                    Err(LeaseChangeError::Invalid(e)) => {
+                        let _ = reply.send(Err(RequestError::Invalid(e.to_string())));
+                    }
+                    Err(e @ LeaseChangeError::NotBootstrapped) => {
+                        let _ = reply.send(Err(RequestError::Dropped(e.to_string())));
+                    }
+                    Err(e @ LeaseChangeError::TooSoon { .. }) => {
+                        let _ = reply.send(Err(RequestError::Precondition(e.to_string())));
                     }
                 }
             }
@@ -559,16 +747,272 @@ impl Driver {
             reply.answer(0, Err(RequestError::Dropped(e.to_string())));
             return;
         }
+        self.track(before, reply);
+    }
+
+    /// Records a proposal raft-rs just appended (or answers it if raft did not append it).
+    fn track(&mut self, before: u64, reply: ProposalReply) {
         let index = self.node.raft.raft_log.last_index();
         if index != before + 1 {
             let why = "raft did not append it (leader transfer?)".to_string();
             reply.answer(0, Err(RequestError::Dropped(why)));
             return;
         }
-        if matches!(reply, ProposalReply::Arbiter) {
-            self.arbiter_in_flight += 1;
+        let arbiter = matches!(reply, ProposalReply::Arbiter);
+        let pending = Pending { term: self.node.raft.term, arbiter, reply };
+        if let Some(displaced) = self.proposals.insert(index, pending) {
+            // Ours from an earlier term, overwritten: it will never apply.
+            displaced.reply.answer(index, Err(RequestError::Superseded));
         }
-        self.proposals.insert(index, PendingProposal { term: self.node.raft.term, reply });
+    }
+
+    /// One membership change at a time, validated here so that raft-rs never drops it silently
+    /// (it turns a conf change proposed while another is unapplied into an empty entry).
+    fn propose_membership(&mut self, change: MembershipChange, reply: Reply<MembershipDone>) {
+        let result = self.check_membership(&change);
+        let (cc, context) = match result {
+            Ok(Some(cc)) => cc,
+            Ok(None) => return, // answered (leader handed over first)
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        tracing::info!(?change, "membership change proposed");
+        let before = self.node.raft.raft_log.last_index();
+        if let Err(e) = self.node.propose_conf_change(context, cc) {
+            let _ = reply.send(Err(RequestError::Dropped(e.to_string())));
+            return;
+        }
+        self.track(before, ProposalReply::Membership(reply));
+    }
+
+    /// The conf change for `change`, or why not. `Ok(None)`: removing the leader itself, which
+    /// handed leadership to another voter first (the caller retries there).
+    #[allow(clippy::type_complexity)]
+    fn check_membership(
+        &mut self,
+        change: &MembershipChange,
+    ) -> Result<Option<(ConfChangeV2, Vec<u8>)>, RequestError> {
+        self.check_can_serve(self.proposals.len(), PENDING_PROPOSALS_MAX)?;
+        let raft = &self.node.raft;
+        if raft.has_pending_conf() {
+            return Err(RequestError::Precondition(format!(
+                "a membership change is still pending (proposed at index {}, applied {}); \
+                 one change at a time: retry once it applied",
+                raft.pending_conf_index, raft.raft_log.applied
+            )));
+        }
+        if let Some(index) = self.proposals.any(|r| matches!(r, ProposalReply::Membership(_))) {
+            return Err(RequestError::Precondition(format!(
+                "a membership change is still pending (proposed at index {index}); retry once it applied"
+            )));
+        }
+        let cs = self.node.store().conf_state().clone();
+        let is_voter = |id: NodeId| cs.voters.contains(&id.0);
+        let is_learner = |id: NodeId| cs.learners.contains(&id.0);
+        let single = |kind: ConfChangeType, id: NodeId| {
+            let mut c = ConfChangeSingle::default();
+            c.set_change_type(kind);
+            c.node_id = id.0;
+            let mut cc = ConfChangeV2::default();
+            cc.set_changes(vec![c].into());
+            cc
+        };
+        match change {
+            MembershipChange::AddLearner { id, addr } => {
+                if id.0 == 0 {
+                    return Err(RequestError::Invalid("node id 0 is reserved".into()));
+                }
+                if is_voter(*id) || is_learner(*id) {
+                    let what = if is_voter(*id) { "a voter" } else { "a learner" };
+                    return Err(RequestError::Precondition(format!(
+                        "member {id} is already {what} of this set; to replace it, remove it first"
+                    )));
+                }
+                if let Some(other) = self.member_addrs().into_iter().find(|(other, a)| {
+                    a == addr
+                        && *other != id.0
+                        && (is_voter(NodeId(*other)) || is_learner(NodeId(*other)))
+                }) {
+                    return Err(RequestError::Invalid(format!(
+                        "address {addr} already belongs to member {}",
+                        other.0
+                    )));
+                }
+                if raft.raft_log.first_index() <= 1 {
+                    // A set created before explicit bootstrap keeps entries from index 1, which a
+                    // new member would replay without the initial configuration.
+                    return Err(RequestError::Precondition(format!(
+                        "this leader's log still starts at index 1 (a set created before explicit \
+                         bootstrap): a new member must catch up by snapshot; retry once the log was \
+                         compacted (every {} applied entries)",
+                        self.config.compact_log_entries
+                    )));
+                }
+                let mut cc = single(ConfChangeType::AddLearnerNode, *id);
+                cc.context = addr.clone().into_bytes().into();
+                Ok(Some((cc, Vec::new())))
+            }
+            MembershipChange::Promote { id } => {
+                if is_voter(*id) {
+                    return Err(RequestError::Precondition(format!(
+                        "member {id} is already a voter"
+                    )));
+                }
+                if !is_learner(*id) {
+                    return Err(RequestError::Precondition(format!(
+                        "member {id} is not a learner of this set: add it with add-learner first"
+                    )));
+                }
+                let commit = raft.raft_log.committed;
+                let matched = raft.prs().get(id.0).map_or(0, |p| p.matched);
+                let lag = commit.saturating_sub(matched);
+                if lag > PROMOTE_LAG_MAX {
+                    return Err(RequestError::Precondition(format!(
+                        "learner {id} has not caught up: its match index is {matched}, the commit \
+                         index {commit} (lag {lag} > {PROMOTE_LAG_MAX}); retry once it caught up"
+                    )));
+                }
+                Ok(Some((single(ConfChangeType::AddNode, *id), Vec::new())))
+            }
+            MembershipChange::Remove { id } => {
+                if !is_voter(*id) && !is_learner(*id) {
+                    return Err(RequestError::Precondition(format!(
+                        "member {id} is not a member of this set"
+                    )));
+                }
+                if is_voter(*id) {
+                    let rest: Vec<u64> = cs.voters.iter().copied().filter(|v| *v != id.0).collect();
+                    if rest.is_empty() {
+                        return Err(RequestError::Precondition(
+                            "the only voter cannot be removed".into(),
+                        ));
+                    }
+                    let heard = self.heard_of(&rest);
+                    if heard <= rest.len() / 2 {
+                        return Err(RequestError::Precondition(format!(
+                            "removing member {id} would leave {} voters of which only {heard} \
+                             answered within an election timeout: no quorum; bring members back first",
+                            rest.len()
+                        )));
+                    }
+                    if *id == self.config.node_id {
+                        // Hand leadership to the most up-to-date other voter first.
+                        let raft = &self.node.raft;
+                        let target = rest
+                            .iter()
+                            .copied()
+                            .max_by_key(|v| raft.prs().get(*v).map_or(0, |p| p.matched))
+                            .expect("rest is not empty");
+                        tracing::info!(
+                            to = target,
+                            "removing the leader: transferring leadership first"
+                        );
+                        self.node.transfer_leader(target);
+                        let addr = self.addr_of(target).unwrap_or_default();
+                        return Err(RequestError::NotLeader {
+                            leader: Some((NodeId(target), addr)),
+                        });
+                    }
+                }
+                Ok(Some((single(ConfChangeType::RemoveNode, *id), Vec::new())))
+            }
+        }
+    }
+
+    /// How many of `voters` this leader heard from within an election timeout (itself counts).
+    fn heard_of(&self, voters: &[u64]) -> usize {
+        let window = self.config.tick * self.config.election_ticks as u32;
+        let now = Instant::now();
+        voters
+            .iter()
+            .filter(|&&v| {
+                v == self.config.node_id.0
+                    || self.last_heard.get(&v).is_some_and(|&t| now.duration_since(t) < window)
+            })
+            .count()
+    }
+
+    /// Every member address known: the cluster file's view first, then the replicated directory.
+    fn member_addrs(&self) -> Members {
+        let mut all = self.node.store().members().clone();
+        for (id, addr) in &self.config.members {
+            all.insert(id.0, addr.clone());
+        }
+        all
+    }
+
+    fn addr_of(&self, id: u64) -> Option<String> {
+        self.config
+            .members
+            .iter()
+            .find(|(m, _)| m.0 == id)
+            .map(|(_, a)| a.clone())
+            .or_else(|| self.node.store().members().get(&id).cloned())
+    }
+
+    /// Makes sure the transport can reach every member of the configuration.
+    fn sync_peers(&mut self) {
+        let cs = self.node.store().conf_state().clone();
+        let addrs = self.member_addrs();
+        for id in cs.voters.iter().chain(cs.learners.iter()) {
+            if *id == self.config.node_id.0 {
+                continue;
+            }
+            // A file member keeps its file address; others follow the directory.
+            if let Some(addr) = addrs.get(id) {
+                if let Err(e) = self.transport.set_peer(NodeId(*id), addr) {
+                    tracing::warn!(peer = id, %addr, error = %e, "cannot dial raft peer");
+                }
+            }
+        }
+    }
+
+    /// A message from a member we have no address for (a leader added after the cluster file
+    /// was written, talking to a new member): answer it where it says it listens.
+    fn learn_peer(&mut self, from: u64, from_addr: &str) {
+        if from == self.config.node_id.0
+            || from_addr.is_empty()
+            || self.transport.knows(NodeId(from))
+        {
+            return;
+        }
+        if let Err(e) = self.transport.set_peer(NodeId(from), from_addr) {
+            tracing::warn!(peer = from, addr = %from_addr, error = %e, "cannot dial raft peer");
+        }
+    }
+
+    fn membership_view(&self) -> Vec<MemberView> {
+        let store = self.node.store();
+        let cs = store.conf_state();
+        let raft = &self.node.raft;
+        let leader = raft.state == StateRole::Leader;
+        let commit = raft.raft_log.committed;
+        let mut out: Vec<MemberView> = cs
+            .voters
+            .iter()
+            .map(|id| (*id, false))
+            .chain(cs.learners.iter().map(|id| (*id, true)))
+            .map(|(id, learner)| {
+                let matched = if !leader {
+                    0
+                } else if id == self.config.node_id.0 {
+                    raft.raft_log.last_index()
+                } else {
+                    raft.prs().get(id).map_or(0, |p| p.matched)
+                };
+                MemberView {
+                    id,
+                    addr: self.addr_of(id).unwrap_or_default(),
+                    learner,
+                    match_index: matched,
+                    lag: if leader { commit.saturating_sub(matched) } else { 0 },
+                }
+            })
+            .collect();
+        out.sort_by_key(|m| m.id);
+        out
     }
 
     fn read(&mut self, kind: ReadKind) {
@@ -582,27 +1026,53 @@ impl Driver {
         self.reads.insert(id, PendingRead { kind, read_index: None });
     }
 
-    /// Leader only, every tick: one planning round at a time.
-    fn arbitrate(&mut self) {
-        let is_leader = self.node.raft.state == StateRole::Leader;
-        if !is_leader {
-            if self.arbiter.take().is_some() {
+    /// The arbiter of the current term while leader (a new one whenever the term changed, even
+    /// if this member led the term before: it does not know what the leader in between granted).
+    fn current_arbiter(&mut self) -> Option<&mut Arbiter> {
+        if self.node.raft.state != StateRole::Leader {
+            if self.arbiter.clear() {
                 tracing::info!("lost leadership: arbiter stopped");
             }
+            return None;
+        }
+        let now = self.now_ms();
+        let lease = self.config.lease;
+        let term = self.node.raft.term;
+        let control = self.node.store().state().control();
+        let wait_ms = control.longest_hold_ms().unwrap_or(lease.hold_ms());
+        let (arbiter, change) = self.arbiter.get(term, || Arbiter::new(now, lease));
+        match change {
+            SlotChange::Kept => {}
+            SlotChange::Started => tracing::info!(
+                term,
+                wait_ms,
+                "became leader: arbiter starts; no section moves for one lease"
+            ),
+            SlotChange::Replaced { old_term } => {
+                tracing::info!(
+                term, old_term, wait_ms,
+                "leader again in a new term: new arbiter (the leader in between may have granted \
+                 leases); no section moves for one lease"
+            )
+            }
+        }
+        Some(arbiter)
+    }
+
+    /// Leader only, every tick: one planning round at a time (of this term: rounds proposed in
+    /// an earlier term never hold up this one).
+    fn arbitrate(&mut self) {
+        if self.current_arbiter().is_none() {
             return;
         }
         let now = self.now_ms();
-        let arbiter = self.arbiter.get_or_insert_with(|| {
-            tracing::info!(
-                wait_ms = self.config.lease.hold_ms(),
-                "became leader: arbiter starts; no section moves for one lease"
-            );
-            Arbiter::new(now, self.config.lease)
-        });
-        if self.arbiter_in_flight > 0 {
+        let term = self.node.raft.term;
+        if self.proposals.arbiter_in_flight(term) > 0 {
             return;
         }
-        let commands = arbiter.plan(now, self.node.store().state().control(), self.config.sections);
+        let control = self.node.store().state().control();
+        let Some(arbiter) = self.arbiter.get_mut_of_term(term) else { return };
+        let commands = arbiter.plan(now, control, self.config.sections);
         for command in commands {
             tracing::info!(?command, "arbiter proposes");
             self.propose(command, ProposalReply::Arbiter);
@@ -612,13 +1082,23 @@ impl Driver {
     /// Answers a heartbeat: leadership was confirmed by ReadIndex after it arrived.
     fn grant(&mut self, alloc: AllocId, route_version: u64) -> Result<Grant, RequestError> {
         let now = self.now_ms();
-        let Some(arbiter) = self.arbiter.as_mut() else {
+        if self.current_arbiter().is_none() {
+            return Err(RequestError::NotLeader { leader: self.leader_hint() });
+        }
+        let term = self.node.raft.term;
+        let control = self.node.store().state().control();
+        let Some(arbiter) = self.arbiter.get_mut_of_term(term) else {
             return Err(RequestError::NotLeader { leader: self.leader_hint() });
         };
-        let control = self.node.store().state().control();
         if !control.allocs.contains_key(&alloc) {
             return Err(RequestError::UnknownAlloc(alloc));
         }
+        let Some(lease) = control.lease else {
+            return Err(RequestError::Dropped(
+                "this set's lease timing is not committed yet (a new leader is committing it)"
+                    .into(),
+            ));
+        };
         if !arbiter.may_grant(control, alloc) {
             return Err(RequestError::AllocExpired(alloc));
         }
@@ -627,17 +1107,18 @@ impl Driver {
             version: control.route_version,
             entries: control.route_entries(),
         });
-        Ok(Grant { runs: grant_for(control, alloc), lease: self.config.lease, route })
+        Ok(Grant { runs: grant_for(control, alloc), lease, route })
     }
 
     fn leases(&self) -> Result<LeasesView, RequestError> {
-        let Some(arbiter) = self.arbiter.as_ref() else {
+        let leader = self.node.raft.state == StateRole::Leader;
+        let Some(arbiter) = self.arbiter.of_term(self.node.raft.term).filter(|_| leader) else {
             return Err(RequestError::NotLeader { leader: self.leader_hint() });
         };
         let now = self.now_ms();
         let control = self.node.store().state().control();
         let load = control.assignment.load();
-        let lease = self.config.lease;
+        let lease = control.lease.unwrap_or(self.config.lease);
         let allocs = control
             .allocs
             .iter()
@@ -691,11 +1172,10 @@ impl Driver {
 
     fn leader_hint(&self) -> Option<(NodeId, String)> {
         let leader = self.node.raft.leader_id;
-        self.config
-            .members
-            .iter()
-            .find(|(id, _)| id.0 == leader && leader != raft::INVALID_ID)
-            .cloned()
+        if leader == raft::INVALID_ID {
+            return None;
+        }
+        self.addr_of(leader).map(|addr| (NodeId(leader), addr))
     }
 
     fn status(&self) -> NodeStatus {
@@ -719,6 +1199,10 @@ impl Driver {
             voters: store.conf_state().voters.clone(),
             learners: store.conf_state().learners.clone(),
             n_sections_advanced: store.state().n_sections_advanced() as u64,
+            leader_addr: self.leader_hint().map(|(_, a)| a).unwrap_or_default(),
+            members: self.membership_view(),
+            vote_blocked: store.vote_blocked(),
+            lease: store.state().control().lease.unwrap_or(self.config.lease),
         }
     }
 
@@ -747,6 +1231,10 @@ impl Driver {
             );
         }
         self.node.mut_store().persist(snapshot.as_ref(), ready.entries(), ready.hs())?;
+        if snapshot.is_some() {
+            // The snapshot carried the membership: dial whoever it names.
+            self.sync_peers();
+        }
         // 4.
         self.apply(ready.take_committed_entries(), None)?;
         // 5.
@@ -775,6 +1263,8 @@ impl Driver {
             ..Default::default()
         };
         let mut answers = Vec::new();
+        let mut conf_answers = Vec::new();
+        let mut conf_changed = false;
         for entry in &entries {
             batch.applied_index = entry.index;
             match entry.get_entry_type() {
@@ -788,57 +1278,133 @@ impl Driver {
                     self.tell_arbiter(&command, &outcome.result);
                     answers.push((entry.index, entry.term, outcome.result));
                 }
-                EntryType::EntryConfChange => {
-                    let cc = ConfChange::parse_from_bytes(entry.get_data())
-                        .map_err(|e| self.fault(entry, e))?;
+                EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {
+                    let cc = if entry.get_entry_type() == EntryType::EntryConfChange {
+                        v1_to_v2(
+                            ConfChange::parse_from_bytes(entry.get_data())
+                                .map_err(|e| self.fault(entry, e))?,
+                        )
+                    } else {
+                        ConfChangeV2::parse_from_bytes(entry.get_data())
+                            .map_err(|e| self.fault(entry, e))?
+                    };
                     let cs = self.node.apply_conf_change(&cc).map_err(|e| self.fault(entry, e))?;
-                    tracing::info!(index = entry.index, voters = ?cs.voters, learners = ?cs.learners, "membership changed");
+                    let mut members =
+                        batch.members.take().unwrap_or_else(|| self.node.store().members().clone());
+                    for c in cc.get_changes() {
+                        match c.get_change_type() {
+                            ConfChangeType::AddLearnerNode | ConfChangeType::AddNode => {
+                                let addr = String::from_utf8_lossy(cc.get_context()).to_string();
+                                if !addr.is_empty() {
+                                    members.insert(c.node_id, addr);
+                                }
+                            }
+                            ConfChangeType::RemoveNode => {
+                                members.remove(&c.node_id);
+                            }
+                        }
+                    }
+                    let me = self.config.node_id.0;
+                    if self.node.store().vote_blocked() && cs.voters.contains(&me) {
+                        // Promoted by a change applied from the log: every entry committed
+                        // before it is in our log, so our vote is sound again.
+                        tracing::info!(
+                            index = entry.index,
+                            "promoted to voter: this member may vote again"
+                        );
+                        batch.vote_unblocked = true;
+                    }
+                    if !cs.voters.contains(&me) && !cs.learners.contains(&me) {
+                        tracing::warn!(index = entry.index,
+                            "this member was removed from the set: it takes no further part; stop it");
+                    }
+                    tracing::info!(index = entry.index, voters = ?cs.voters, learners = ?cs.learners,
+                        members = ?members, "membership changed");
                     batch.conf_state = Some(cs);
-                }
-                EntryType::EntryConfChangeV2 => {
-                    let cc = ConfChangeV2::parse_from_bytes(entry.get_data())
-                        .map_err(|e| self.fault(entry, e))?;
-                    let cs = self.node.apply_conf_change(&cc).map_err(|e| self.fault(entry, e))?;
-                    tracing::info!(index = entry.index, voters = ?cs.voters, learners = ?cs.learners, "membership changed");
-                    batch.conf_state = Some(cs);
+                    batch.members = Some(members);
+                    conf_changed = true;
+                    conf_answers.push((entry.index, entry.term));
                 }
             }
         }
         let applied_index = batch.applied_index;
+        let removed: Vec<u64> = match &batch.conf_state {
+            Some(cs) => self
+                .node
+                .store()
+                .conf_state()
+                .voters
+                .iter()
+                .chain(self.node.store().conf_state().learners.iter())
+                .copied()
+                .filter(|id| !cs.voters.contains(id) && !cs.learners.contains(id))
+                .collect(),
+            None => Vec::new(),
+        };
         self.node.mut_store().commit_apply(batch)?;
+        if conf_changed {
+            for id in removed {
+                self.transport.remove_peer(NodeId(id));
+            }
+            self.sync_peers();
+        }
         for (index, term, result) in answers {
-            if let Some(p) = self.proposals.remove(&index) {
-                let answer = if p.term == term {
-                    result.map_err(RequestError::Rejected)
-                } else {
-                    Err(RequestError::Superseded)
+            if let Some((p, outcome)) = self.proposals.take_applied(index, term) {
+                let answer = match outcome {
+                    Ok(()) => result.map_err(RequestError::Rejected),
+                    Err(unapplied) => Err(unapplied_error(unapplied)),
                 };
-                self.resolve(p, index, answer);
+                match (p.reply, answer) {
+                    (ProposalReply::Lease(reply), Ok(Applied::LeaseChanged { .. })) => {
+                        let lease = self.node.store().state().control().lease;
+                        let _ = reply.send(lease.ok_or_else(|| {
+                            RequestError::Dropped("lease missing after SetLease applied".into())
+                        }));
+                    }
+                    (reply, answer) => reply.answer(index, answer),
+                }
             }
         }
-        // Our proposals at applied indexes that hold another leader's entries were overwritten.
-        let later = self.proposals.split_off(&(applied_index + 1));
-        for (index, p) in std::mem::replace(&mut self.proposals, later) {
-            self.resolve(p, index, Err(RequestError::Superseded));
+        for (index, term) in conf_answers {
+            if let Some((p, outcome)) = self.proposals.take_applied(index, term) {
+                match (p.reply, outcome) {
+                    (ProposalReply::Membership(reply), Ok(())) => {
+                        let done = MembershipDone {
+                            members: self.membership_view(),
+                            applied_index: index,
+                        };
+                        let _ = reply.send(Ok(done));
+                    }
+                    (reply, Ok(())) => reply.answer(
+                        index,
+                        Err(RequestError::Dropped(
+                            "a membership change applied at its index".into(),
+                        )),
+                    ),
+                    (reply, Err(unapplied)) => reply.answer(index, Err(unapplied_error(unapplied))),
+                }
+            }
+        }
+        // Proposals at applied indexes never seen applying: a snapshot covered them.
+        for (index, p, unapplied) in self.proposals.drain_applied(applied_index) {
+            p.reply.answer(index, Err(unapplied_error(unapplied)));
         }
         Ok(())
-    }
-
-    fn resolve(&mut self, p: PendingProposal, index: u64, answer: Result<Applied, RequestError>) {
-        if matches!(p.reply, ProposalReply::Arbiter) {
-            self.arbiter_in_flight = self.arbiter_in_flight.saturating_sub(1);
-        }
-        p.reply.answer(index, answer);
     }
 
     /// The leader's arbiter learns what applied: fences start at apply time.
     fn tell_arbiter(&mut self, command: &Command, result: &Result<Applied, Rejected>) {
         let now = self.now_ms();
-        let Some(arbiter) = self.arbiter.as_mut() else { return };
+        let term = self.node.raft.term;
+        let Some(arbiter) = self.arbiter.get_mut_of_term(term) else { return };
         match (command, result) {
             (Command::Assign { settled, moves }, Ok(Applied::Assigned { lease_epoch })) => {
                 tracing::info!(lease_epoch, settled, ?moves, "sections assigned");
                 arbiter.on_assigned(*lease_epoch, *settled, now);
+            }
+            (Command::SetLease { lease, .. }, Ok(Applied::LeaseChanged { lease_changes })) => {
+                tracing::info!(?lease, lease_changes, "lease timing changed (replicated)");
+                arbiter.on_lease_changed(now);
             }
             (Command::RemoveAlloc { alloc }, Ok(_)) => {
                 tracing::info!(%alloc, "alloc registration removed");
@@ -922,11 +1488,38 @@ impl Driver {
     }
 
     fn fail_all(&mut self, error: RequestError) {
-        for (index, p) in std::mem::take(&mut self.proposals) {
-            self.resolve(p, index, Err(error.clone()));
+        for (index, p) in self.proposals.drain_all() {
+            p.reply.answer(index, Err(error.clone()));
         }
         for (_, r) in self.reads.drain() {
             r.kind.fail(error.clone());
         }
     }
+}
+
+fn unapplied_error(unapplied: Unapplied) -> RequestError {
+    match unapplied {
+        Unapplied::Superseded => RequestError::Superseded,
+        Unapplied::Unknown => RequestError::OutcomeUnknown,
+    }
+}
+
+/// Messages a vote-blocked member must not act on: it would vote, or campaign (and vote for
+/// itself).
+fn is_vote_or_campaign(kind: MessageType) -> bool {
+    matches!(
+        kind,
+        MessageType::MsgRequestVote | MessageType::MsgRequestPreVote | MessageType::MsgTimeoutNow
+    )
+}
+
+/// A (legacy) single conf change as a V2 one with the same effect.
+fn v1_to_v2(cc: ConfChange) -> ConfChangeV2 {
+    let mut single = ConfChangeSingle::default();
+    single.set_change_type(cc.get_change_type());
+    single.node_id = cc.node_id;
+    let mut v2 = ConfChangeV2::default();
+    v2.set_changes(vec![single].into());
+    v2.context = cc.context;
+    v2
 }

@@ -11,42 +11,62 @@
 
 pub mod config;
 pub mod driver;
+pub mod leader_state;
 mod raft_log;
 pub mod service;
 pub mod storage;
 pub mod transport;
 
 use anyhow::Context;
-use config::NodeConfig;
+use config::{InitialClusterState, NodeConfig};
 use seqsvr_proto::v1::raft_transport_server::RaftTransportServer;
 use seqsvr_proto::v1::store_admin_server::StoreAdminServer;
 use seqsvr_proto::v1::store_service_server::StoreServiceServer;
 use seqsvr_proto::MAX_MESSAGE_BYTES;
 use std::future::Future;
 use std::time::Duration;
-use storage::{Identity, NodeStorage};
+use storage::{Bootstrap, Identity, NodeStorage};
 use tokio::sync::{oneshot, watch};
 
 /// Runs a member until `shutdown` resolves (SIGTERM in the binary) or its storage fails.
 /// The same code runs in production and in tests.
 pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let identity = Identity { set_id: config.set_id, node_id: config.node_id };
-    let voters: Vec<_> = config.members.iter().map(|(id, _)| *id).collect();
-    let storage = NodeStorage::open(&config.data_dir, identity, &voters)?;
+    let fresh = NodeStorage::is_fresh(&config.data_dir)?;
+    let bootstrap = if seqsvr_core::teeth::BOOTSTRAP_EMPTY_VOTER
+        || config.initial_cluster_state == InitialClusterState::New
+    {
+        Bootstrap::NewSet(config.members.clone())
+    } else {
+        Bootstrap::Join
+    };
+    if fresh && config.initial_cluster_state == InitialClusterState::New {
+        refuse_new_if_the_set_exists(&config).await?;
+    }
+    let storage = NodeStorage::open(&config.data_dir, identity, &bootstrap)?;
     tracing::info!(
         set = %config.set_id, node = %config.node_id, data_dir = %config.data_dir.display(),
+        fresh, bootstrap = ?(fresh.then_some(&bootstrap)),
         applied = storage.applied_index(), term = storage.hard_state().term,
+        voters = ?storage.conf_state().voters, learners = ?storage.conf_state().learners,
+        vote_blocked = storage.vote_blocked(),
         sections_advanced = storage.state().n_sections_advanced(), "store opened"
     );
 
     let (handle, driver_tx, driver_rx) = driver::channel();
-    let transport =
-        transport::Transport::start(config.set_id, config.node_id, &config.members, driver_tx)?;
+    let transport = transport::Transport::start(
+        config.set_id,
+        config.node_id,
+        config.addr.clone(),
+        &config.members,
+        driver_tx,
+    )?;
     let driver = driver::Driver::new(
         storage,
         driver::DriverConfig {
             set_id: config.set_id,
             node_id: config.node_id,
+            addr: config.addr.clone(),
             members: config.members.clone(),
             tick: Duration::from_millis(config.tuning.tick_ms),
             election_ticks: config.tuning.election_ticks,
@@ -142,4 +162,49 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
     };
     let _ = driver_thread.join();
     result.context("raft driver stopped on a storage fault; refusing to serve")
+}
+
+/// `--initial-cluster-state new` on an empty data dir creates the set: refuse when another
+/// member already reports one (a leader, a term, a log). Such a member was wiped or is new: it
+/// must join with `existing` and be added as a learner, or it would vote with an empty log and
+/// could elect a leader that lacks committed entries. Members that do not answer say nothing
+/// (at creation, the others may not be up yet).
+async fn refuse_new_if_the_set_exists(config: &NodeConfig) -> anyhow::Result<()> {
+    use seqsvr_proto::v1::store_admin_client::StoreAdminClient;
+    let peers = config.members.iter().filter(|(id, _)| *id != config.node_id);
+    let asks = peers.map(|(id, addr)| async move {
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).ok()?;
+        let endpoint = endpoint.connect_timeout(Duration::from_millis(500));
+        let ask = async {
+            let mut client = StoreAdminClient::new(endpoint.connect().await.ok()?);
+            client.status(seqsvr_proto::v1::StoreStatusRequest {}).await.ok()
+        };
+        let status = tokio::time::timeout(Duration::from_secs(2), ask).await.ok()??.into_inner();
+        Some((*id, addr.clone(), status))
+    });
+    for (id, addr, status) in futures::future::join_all(asks).await.into_iter().flatten() {
+        if status.leader_id != 0 || status.term > 0 || status.last_index > 0 {
+            anyhow::bail!(
+                "--initial-cluster-state new, but set {} already exists: member {id} at {addr} \
+                 reports term {}, leader {}, last log index {}. This member's data dir {} is \
+                 empty, so it must NOT rejoin as a voter (its vote could elect a leader that lacks \
+                 committed entries). Start it with --initial-cluster-state existing, then add it: \
+                 `seqctl store remove --set {} {}` (if it is still a member), `seqctl store \
+                 add-learner --set {} {} {}`, and `seqctl store promote --set {} {}` once it caught up",
+                config.set_id,
+                status.term,
+                status.leader_id,
+                status.last_index,
+                config.data_dir.display(),
+                config.set_id,
+                config.node_id,
+                config.set_id,
+                config.node_id,
+                config.addr,
+                config.set_id,
+                config.node_id
+            );
+        }
+    }
+    Ok(())
 }

@@ -2,7 +2,9 @@
 //! `StoreAdmin` (every member). Wire types are converted here and nowhere else, and every
 //! [`RequestError`] becomes a `tonic::Status` in [`to_status`].
 
-use crate::driver::{DriverHandle, RequestError, RouteView};
+use crate::driver::{
+    DriverHandle, MemberView, MembershipChange, MembershipDone, RequestError, RouteView,
+};
 use protobuf::Message as _;
 use seqsvr_core::ids::{AllocId, NodeId, SectionId, SetId};
 use seqsvr_core::section::SectionRange;
@@ -129,6 +131,11 @@ pub fn to_status(error: RequestError) -> Status {
         )),
         RequestError::Stopped => Status::unavailable("this member is shutting down; retry another"),
         RequestError::Invalid(why) => Status::invalid_argument(why),
+        RequestError::Precondition(why) => Status::failed_precondition(why),
+        RequestError::OutcomeUnknown => Status::unavailable(
+            "this member caught up by snapshot before the proposal was seen applying: it may or \
+             may not have applied; retry (every store command is idempotent or fenced)",
+        ),
         RequestError::Rejected(rejected) => Status::failed_precondition(rejected.to_string()),
         RequestError::UnknownAlloc(alloc) => Status::not_found(format!(
             "alloc {alloc} is not registered with this set (forgotten after its lease ran out): \
@@ -137,6 +144,36 @@ pub fn to_status(error: RequestError) -> Status {
         RequestError::AllocExpired(alloc) => Status::failed_precondition(format!(
             "alloc {alloc}'s registration expired or was replaced: stop serving and register again"
         )),
+    }
+}
+
+fn members_pb(members: &[MemberView]) -> Vec<pb::MemberInfo> {
+    members
+        .iter()
+        .map(|m| pb::MemberInfo {
+            id: m.id,
+            addr: m.addr.clone(),
+            learner: m.learner,
+            match_index: m.match_index,
+            lag: m.lag,
+        })
+        .collect()
+}
+
+fn membership_pb(done: MembershipDone) -> pb::MembershipResponse {
+    pb::MembershipResponse { members: members_pb(&done.members), applied_index: done.applied_index }
+}
+
+impl ServiceContext {
+    async fn change_membership<T>(
+        &self,
+        request: Request<T>,
+        change: impl FnOnce(T) -> Result<MembershipChange, Status>,
+    ) -> Result<Response<pb::MembershipResponse>, Status> {
+        let wait = self.wait_for(&request);
+        let change = change(request.into_inner())?;
+        let done = self.driver.membership(change, wait).await.map_err(to_status)?;
+        Ok(Response::new(membership_pb(done)))
     }
 }
 
@@ -261,7 +298,7 @@ impl pb::raft_transport_server::RaftTransport for ServiceContext {
                 .map_err(|e| Status::invalid_argument(format!("undecodable raft message: {e}")))?;
             messages.push(m);
         }
-        self.driver.step(messages).await.map_err(to_status)?;
+        self.driver.step(batch.from_addr, messages).await.map_err(to_status)?;
         Ok(Response::new(pb::RaftSendResponse {}))
     }
 }
@@ -273,12 +310,7 @@ impl pb::store_admin_server::StoreAdmin for ServiceContext {
         _: Request<pb::StoreStatusRequest>,
     ) -> Result<Response<pb::StoreStatusResponse>, Status> {
         let s = self.driver.status().await.map_err(to_status)?;
-        let leader_addr = self
-            .members
-            .iter()
-            .find(|(id, _)| id.0 == s.leader_id)
-            .map(|(_, a)| a.clone())
-            .unwrap_or_default();
+        let leader_addr = s.leader_addr.clone();
         Ok(Response::new(pb::StoreStatusResponse {
             set_id: self.set_id.0,
             id: self.node_id.0,
@@ -297,6 +329,10 @@ impl pb::store_admin_server::StoreAdmin for ServiceContext {
             section_begin: self.sections.begin().0,
             section_end: self.sections.end().0,
             n_sections_advanced: s.n_sections_advanced,
+            members: members_pb(&s.members),
+            vote_blocked: s.vote_blocked,
+            lease_ms: s.lease.lease_ms,
+            lease_margin_ms: s.lease.margin_ms,
         }))
     }
 
@@ -385,6 +421,60 @@ impl pb::store_admin_server::StoreAdmin for ServiceContext {
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::MoveSectionsResponse { lease_epoch }))
+    }
+
+    async fn add_learner(
+        &self,
+        request: Request<pb::AddLearnerRequest>,
+    ) -> Result<Response<pb::MembershipResponse>, Status> {
+        self.change_membership(request, |r| {
+            if r.node_id == 0 {
+                return Err(Status::invalid_argument("node id 0 is reserved"));
+            }
+            if seqsvr_core::config::port_of(&r.addr).is_none() {
+                return Err(Status::invalid_argument(format!(
+                    "member addr {:?} is not host:port",
+                    r.addr
+                )));
+            }
+            Ok(MembershipChange::AddLearner { id: NodeId(r.node_id), addr: r.addr })
+        })
+        .await
+    }
+
+    async fn promote_learner(
+        &self,
+        request: Request<pb::PromoteLearnerRequest>,
+    ) -> Result<Response<pb::MembershipResponse>, Status> {
+        self.change_membership(request, |r| Ok(MembershipChange::Promote { id: NodeId(r.node_id) }))
+            .await
+    }
+
+    async fn remove_member(
+        &self,
+        request: Request<pb::RemoveMemberRequest>,
+    ) -> Result<Response<pb::MembershipResponse>, Status> {
+        self.change_membership(request, |r| Ok(MembershipChange::Remove { id: NodeId(r.node_id) }))
+            .await
+    }
+
+    async fn set_lease(
+        &self,
+        request: Request<pb::SetLeaseRequest>,
+    ) -> Result<Response<pb::SetLeaseResponse>, Status> {
+        let wait = self.wait_for(&request);
+        let r = request.into_inner();
+        let lease = seqsvr_core::arbiter::LeaseConfig {
+            lease_ms: r.lease_ms,
+            margin_ms: r.lease_margin_ms,
+        };
+        seqsvr_core::store::validate_lease(&lease)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let lease = self.driver.set_lease(lease, wait).await.map_err(to_status)?;
+        Ok(Response::new(pb::SetLeaseResponse {
+            lease_ms: lease.lease_ms,
+            lease_margin_ms: lease.margin_ms,
+        }))
     }
 
     async fn drain_alloc(

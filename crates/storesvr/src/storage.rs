@@ -14,9 +14,15 @@
 //! - Any failed write is fatal to the process: the caller must stop rather than acknowledge.
 //!
 //! Key layout (one column family, big-endian integers so keys sort by index):
-//! `m:identity`, `r:hard_state`, `r:conf_state`, `r:truncated` (index, term), `s:applied`,
+//! `m:identity`, `m:vote_blocked`, `r:hard_state`, `r:conf_state`, `r:members` (the replicated
+//! member directory: id → address, JSON), `r:truncated` (index, term), `s:applied`,
 //! `l:<index>` → `Entry`, `s:sec:<section>` → `max_seq`, `s:control` → the arbiter's
 //! `ControlState` (small: rewritten whole when it changes).
+//!
+//! Bootstrap ([`Bootstrap`]): an empty data dir becomes either one of a new set's initial voters
+//! (`--initial-cluster-state new`) or an empty member with no configuration that may not vote
+//! (`existing`): a member whose disk was lost must never count as a returning voter, since the
+//! entries it acknowledged before are gone (DESIGN §8).
 
 use protobuf::Message as _;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
@@ -29,6 +35,10 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 
 const KEY_IDENTITY: &[u8] = b"m:identity";
+const KEY_VOTE_BLOCKED: &[u8] = b"m:vote_blocked";
+const KEY_MEMBERS: &[u8] = b"r:members";
+/// Snapshots carry the member directory in front of the state machine's own encoding.
+const SNAPSHOT_MAGIC: &[u8] = b"SQSNAP2\0";
 const KEY_HARD_STATE: &[u8] = b"r:hard_state";
 const KEY_CONF_STATE: &[u8] = b"r:conf_state";
 const KEY_TRUNCATED: &[u8] = b"r:truncated";
@@ -75,6 +85,51 @@ pub struct Identity {
     pub node_id: NodeId,
 }
 
+/// Where a new set's log starts: its initial configuration is folded into a "snapshot" at this
+/// index and term (as TiKV's RAFT_INIT_LOG_INDEX), so the log never holds the entries before the
+/// configuration existed and a member added later can only catch up by a snapshot, which
+/// carries the configuration. (Replaying index 1 onward on an empty member would apply the first
+/// membership change to an empty configuration.)
+pub const BOOTSTRAP_LOG_INDEX: u64 = 5;
+pub const BOOTSTRAP_LOG_TERM: u64 = 5;
+
+/// The replicated member directory: node id → the address the others dial.
+pub type Members = std::collections::BTreeMap<u64, String>;
+
+/// What an empty data dir becomes (a dir that holds a store ignores it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Bootstrap {
+    /// One of a new set's initial members: these are the voters, with their addresses.
+    NewSet(Vec<(NodeId, String)>),
+    /// A member of an existing set: no configuration, may not vote until a membership change
+    /// applied from the log makes it a voter (it is added as a learner, caught up, promoted).
+    Join,
+}
+
+/// A snapshot's payload: the member directory and the state machine.
+pub fn encode_snapshot_data(members: &Members, state: &[u8]) -> Vec<u8> {
+    let members = serde_json::to_vec(members).unwrap_or_default();
+    let mut out = Vec::with_capacity(SNAPSHOT_MAGIC.len() + 4 + members.len() + state.len());
+    out.extend_from_slice(SNAPSHOT_MAGIC);
+    out.extend_from_slice(&(members.len() as u32).to_be_bytes());
+    out.extend_from_slice(&members);
+    out.extend_from_slice(state);
+    out
+}
+
+/// Splits a snapshot's payload; a snapshot from before the directory existed has none.
+pub fn decode_snapshot_data(data: &[u8]) -> Result<(Option<Members>, &[u8]), String> {
+    let Some(rest) = data.strip_prefix(SNAPSHOT_MAGIC) else { return Ok((None, data)) };
+    let len = rest
+        .get(..4)
+        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        .ok_or("snapshot header cut short")?;
+    let members = rest.get(4..4 + len).ok_or("snapshot member directory cut short")?;
+    let members: Members =
+        serde_json::from_slice(members).map_err(|e| format!("snapshot member directory: {e}"))?;
+    Ok((Some(members), &rest[4 + len..]))
+}
+
 /// What applying a run of committed entries changed, persisted by [`NodeStorage::commit_apply`].
 #[derive(Debug, Default)]
 pub struct AppliedBatch {
@@ -83,6 +138,10 @@ pub struct AppliedBatch {
     /// The control state changed (registry, assignment): rewrite it.
     pub control_changed: bool,
     pub conf_state: Option<ConfState>,
+    /// The member directory changed (a membership change applied).
+    pub members: Option<Members>,
+    /// A membership change applied from the log made this vote-blocked member a voter.
+    pub vote_unblocked: bool,
     pub commit_index: Option<u64>,
 }
 
@@ -100,6 +159,9 @@ pub struct NodeStorage {
     terms: VecDeque<u64>,
     applied_index: u64,
     state: StoreState,
+    members: Members,
+    /// Started empty in an existing set: must not vote or campaign (see [`Bootstrap::Join`]).
+    vote_blocked: bool,
 }
 
 fn rocks(path: &Path) -> impl Fn(rocksdb::Error) -> StorageFault + '_ {
@@ -107,20 +169,34 @@ fn rocks(path: &Path) -> impl Fn(rocksdb::Error) -> StorageFault + '_ {
 }
 
 impl NodeStorage {
+    /// Whether `path` is missing or an empty dir (what `open` would initialise).
+    pub fn is_fresh(path: &Path) -> Result<bool, StorageFault> {
+        match std::fs::read_dir(path) {
+            Ok(mut entries) => Ok(entries.next().is_none()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(true),
+            Err(e) => Err(StorageFault::Unusable { path: path.into(), reason: e.to_string() }),
+        }
+    }
+
     /// Opens the member's data dir, creating and initialising it only if it does not exist or is
-    /// empty. `voters` are the initial Raft voters (the set's members from the cluster config).
+    /// empty, as `bootstrap` says.
     pub fn open(
         path: &Path,
         identity: Identity,
-        voters: &[NodeId],
+        bootstrap: &Bootstrap,
     ) -> Result<NodeStorage, StorageFault> {
-        let fresh = match std::fs::read_dir(path) {
-            Ok(mut entries) => entries.next().is_none(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
-            Err(e) => {
-                return Err(StorageFault::Unusable { path: path.into(), reason: e.to_string() })
-            }
-        };
+        Self::open_with_log_start(path, identity, bootstrap, BOOTSTRAP_LOG_INDEX)
+    }
+
+    /// `open`, with a new set's log starting after `log_start` (0: raft-rs's `MemStorage`
+    /// layout, which the storage tests compare against).
+    pub(crate) fn open_with_log_start(
+        path: &Path,
+        identity: Identity,
+        bootstrap: &Bootstrap,
+        log_start: u64,
+    ) -> Result<NodeStorage, StorageFault> {
+        let fresh = Self::is_fresh(path)?;
         let mut opts = Options::default();
         opts.create_if_missing(fresh);
         opts.set_keep_log_file_num(4);
@@ -129,14 +205,31 @@ impl NodeStorage {
             reason: format!("cannot open RocksDB: {e}"),
         })?;
         if fresh {
-            let cs =
-                ConfState { voters: voters.iter().map(|v| v.0).collect(), ..Default::default() };
+            let (cs, members, vote_blocked, start) = match bootstrap {
+                Bootstrap::NewSet(voters) => (
+                    ConfState {
+                        voters: voters.iter().map(|v| v.0 .0).collect(),
+                        ..Default::default()
+                    },
+                    voters.iter().map(|(id, addr)| (id.0, addr.clone())).collect(),
+                    false,
+                    log_start,
+                ),
+                Bootstrap::Join => (ConfState::default(), Members::new(), true, 0),
+            };
+            let start_term = if start == 0 { 0 } else { BOOTSTRAP_LOG_TERM };
+            let hard_state =
+                HardState { term: start_term, vote: 0, commit: start, ..Default::default() };
             let mut batch = WriteBatch::default();
             batch.put(KEY_IDENTITY, serde_json::to_vec(&identity).unwrap_or_default());
-            batch.put(KEY_HARD_STATE, HardState::default().write_to_bytes().unwrap_or_default());
+            batch.put(KEY_MEMBERS, serde_json::to_vec(&members).unwrap_or_default());
+            if vote_blocked {
+                batch.put(KEY_VOTE_BLOCKED, [1u8]);
+            }
+            batch.put(KEY_HARD_STATE, hard_state.write_to_bytes().unwrap_or_default());
             batch.put(KEY_CONF_STATE, cs.write_to_bytes().unwrap_or_default());
-            batch.put(KEY_TRUNCATED, encode_pair(0, 0));
-            batch.put(KEY_APPLIED, 0u64.to_be_bytes());
+            batch.put(KEY_TRUNCATED, encode_pair(start, start_term));
+            batch.put(KEY_APPLIED, start.to_be_bytes());
             db.write_opt(batch, &synced()).map_err(rocks(path))?;
         }
         Self::load(db, path, identity)
@@ -208,6 +301,12 @@ impl NodeStorage {
             sections.push((SectionId(section), max_seq));
         }
 
+        let members: Members = match get(KEY_MEMBERS)? {
+            None => Members::new(), // a store from before the directory: the file has them
+            Some(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| corrupt(format!("member directory: {e}")))?,
+        };
+        let vote_blocked = get(KEY_VOTE_BLOCKED)?.is_some();
         let control = match get(KEY_CONTROL)? {
             None => ControlState::default(),
             Some(bytes) => {
@@ -239,7 +338,19 @@ impl NodeStorage {
             terms,
             applied_index,
             state: StoreState::from_parts(sections, control),
+            members,
+            vote_blocked,
         })
+    }
+
+    /// The replicated member directory (id → address) as of the applied index.
+    pub fn members(&self) -> &Members {
+        &self.members
+    }
+
+    /// True while this member may not vote or campaign (see [`Bootstrap::Join`]).
+    pub fn vote_blocked(&self) -> bool {
+        self.vote_blocked
     }
 
     pub fn identity(&self) -> &Identity {
@@ -290,12 +401,17 @@ impl NodeStorage {
         let mut restored = None;
         if let Some(snap) = snapshot.filter(|s| !s.is_empty()) {
             let meta = snap.get_metadata();
-            let new_state = StoreState::decode_snapshot(snap.get_data()).map_err(|e| {
-                StorageFault::Corrupt {
+            let corrupt_snapshot = |e: String| StorageFault::Corrupt {
+                path: self.path.clone(),
+                reason: format!("snapshot at index {} from the leader: {e}", meta.index),
+            };
+            let (members, state_bytes) =
+                decode_snapshot_data(snap.get_data()).map_err(corrupt_snapshot)?;
+            let new_state =
+                StoreState::decode_snapshot(state_bytes).map_err(|e| StorageFault::Corrupt {
                     path: self.path.clone(),
                     reason: format!("snapshot at index {} from the leader: {e}", meta.index),
-                }
-            })?;
+                })?;
             if let Some((section, ours, theirs)) = self.state.first_regression(&new_state) {
                 // I4: a snapshot is of a later state than ours, so this is corruption or a bug.
                 return Err(StorageFault::Corrupt {
@@ -316,7 +432,11 @@ impl NodeStorage {
             batch.put(KEY_TRUNCATED, encode_pair(meta.index, meta.term));
             batch.put(KEY_APPLIED, meta.index.to_be_bytes());
             batch.put(KEY_CONF_STATE, meta.get_conf_state().write_to_bytes().unwrap_or_default());
-            restored = Some((meta.index, meta.term, meta.get_conf_state().clone(), new_state));
+            if let Some(m) = &members {
+                batch.put(KEY_MEMBERS, serde_json::to_vec(m).unwrap_or_default());
+            }
+            restored =
+                Some((meta.index, meta.term, meta.get_conf_state().clone(), new_state, members));
         }
         // Where the log stands once the snapshot (if any) is in.
         let (truncated_index, mut terms) = match &restored {
@@ -357,12 +477,15 @@ impl NodeStorage {
         self.db.write_opt(batch, &synced()).map_err(rocks(&self.path))?;
 
         // Only now, with everything on disk, does memory move.
-        if let Some((index, term, conf_state, state)) = restored {
+        if let Some((index, term, conf_state, state, members)) = restored {
             self.truncated_index = index;
             self.truncated_term = term;
             self.applied_index = index;
             self.conf_state = conf_state;
             self.state = state;
+            if let Some(m) = members {
+                self.members = m;
+            }
         }
         self.terms = terms;
         if let Some(hs) = new_hard_state {
@@ -392,6 +515,12 @@ impl NodeStorage {
         if let Some(cs) = &applied.conf_state {
             batch.put(KEY_CONF_STATE, cs.write_to_bytes().unwrap_or_default());
         }
+        if let Some(m) = &applied.members {
+            batch.put(KEY_MEMBERS, serde_json::to_vec(m).unwrap_or_default());
+        }
+        if applied.vote_unblocked {
+            batch.delete(KEY_VOTE_BLOCKED);
+        }
         let mut hs = None;
         if let Some(commit) = applied.commit_index.filter(|&c| c > self.hard_state.commit) {
             let mut h = self.hard_state.clone();
@@ -404,6 +533,12 @@ impl NodeStorage {
         self.applied_index = applied.applied_index;
         if let Some(cs) = applied.conf_state {
             self.conf_state = cs;
+        }
+        if let Some(m) = applied.members {
+            self.members = m;
+        }
+        if applied.vote_unblocked {
+            self.vote_blocked = false;
         }
         if let Some(h) = hs {
             self.hard_state = h;
@@ -503,7 +638,7 @@ impl raft::Storage for NodeStorage {
             return Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable));
         }
         let mut snap = Snapshot::default();
-        snap.set_data(self.state.encode_snapshot().into());
+        snap.set_data(encode_snapshot_data(&self.members, &self.state.encode_snapshot()).into());
         let meta = snap.mut_metadata();
         meta.index = self.applied_index;
         meta.term = self.term(self.applied_index)?;

@@ -28,31 +28,78 @@ pub enum PeerReport {
     Snapshot { to: NodeId, delivered: bool },
 }
 
+/// Peers come and go with the replicated membership: the driver calls [`Transport::set_peer`]
+/// and [`Transport::remove_peer`] as membership changes apply. A peer task ends when its queue's
+/// sender is dropped.
 pub struct Transport {
-    peers: HashMap<u64, mpsc::Sender<Message>>,
+    set_id: SetId,
+    self_id: NodeId,
+    self_addr: String,
+    driver: mpsc::Sender<Input>,
+    runtime: tokio::runtime::Handle,
+    peers: HashMap<u64, (String, mpsc::Sender<Message>)>,
 }
 
 impl Transport {
-    /// Spawns one sender task per peer on the current Tokio runtime.
+    /// Spawns one sender task per peer on the current Tokio runtime (later peers too).
     pub fn start(
         set_id: SetId,
         self_id: NodeId,
+        self_addr: String,
         peers: &[(NodeId, String)],
         driver: mpsc::Sender<Input>,
     ) -> Result<Transport, tonic::transport::Error> {
-        let mut senders = HashMap::new();
-        for (id, addr) in peers.iter().filter(|(id, _)| *id != self_id) {
-            let endpoint = Endpoint::from_shared(format!("http://{addr}"))?
-                .connect_timeout(CONNECT_TIMEOUT)
-                .timeout(SEND_TIMEOUT)
-                .tcp_nodelay(true);
-            let (tx, rx) = mpsc::channel(PEER_QUEUE_MESSAGES_MAX);
-            let peer =
-                Peer { set_id, from: self_id, to: *id, addr: addr.clone(), driver: driver.clone() };
-            tokio::spawn(peer.run(endpoint, rx));
-            senders.insert(id.0, tx);
+        let mut transport = Transport {
+            set_id,
+            self_id,
+            self_addr,
+            driver,
+            runtime: tokio::runtime::Handle::current(),
+            peers: HashMap::new(),
+        };
+        for (id, addr) in peers {
+            transport.set_peer(*id, addr)?;
         }
-        Ok(Transport { peers: senders })
+        Ok(transport)
+    }
+
+    /// Sends to `id` at `addr` from now on (a new peer, or a new address for a known one).
+    pub fn set_peer(&mut self, id: NodeId, addr: &str) -> Result<(), tonic::transport::Error> {
+        if id == self.self_id || self.peers.get(&id.0).is_some_and(|(a, _)| a == addr) {
+            return Ok(());
+        }
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(SEND_TIMEOUT)
+            .tcp_nodelay(true);
+        let (tx, rx) = mpsc::channel(PEER_QUEUE_MESSAGES_MAX);
+        let peer = Peer {
+            set_id: self.set_id,
+            from: self.self_id,
+            from_addr: self.self_addr.clone(),
+            to: id,
+            addr: addr.to_string(),
+            driver: self.driver.clone(),
+        };
+        self.runtime.spawn(peer.run(endpoint, rx));
+        if let Some((old, _)) = self.peers.insert(id.0, (addr.to_string(), tx)) {
+            tracing::info!(peer = %id, from = %old, to = %addr, "raft peer address changed");
+        } else {
+            tracing::info!(peer = %id, %addr, "raft peer added");
+        }
+        Ok(())
+    }
+
+    /// Stops sending to `id` (removed from the set); its task ends.
+    pub fn remove_peer(&mut self, id: NodeId) {
+        if self.peers.remove(&id.0).is_some() {
+            tracing::info!(peer = %id, "raft peer removed");
+        }
+    }
+
+    /// Whether messages to `id` have somewhere to go.
+    pub fn knows(&self, id: NodeId) -> bool {
+        self.peers.contains_key(&id.0)
     }
 
     /// Queues messages for their peers; never blocks.
@@ -60,12 +107,12 @@ impl Transport {
         for m in messages {
             let to = m.to;
             match self.peers.get(&to) {
-                Some(tx) => {
+                Some((_, tx)) => {
                     if tx.try_send(m).is_err() {
                         tracing::debug!(to, "raft message dropped: peer queue full or closed");
                     }
                 }
-                None => tracing::warn!(to, "raft message for a member not in the config dropped"),
+                None => tracing::warn!(to, "raft message for a member of unknown address dropped"),
             }
         }
     }
@@ -74,6 +121,7 @@ impl Transport {
 struct Peer {
     set_id: SetId,
     from: NodeId,
+    from_addr: String,
     to: NodeId,
     addr: String,
     driver: mpsc::Sender<Input>,
@@ -98,6 +146,7 @@ impl Peer {
                 set_id: self.set_id.0,
                 from: self.from.0,
                 messages: batch.iter().map(|m| m.write_to_bytes().unwrap_or_default()).collect(),
+                from_addr: self.from_addr.clone(),
             };
             match client.send(request).await {
                 Ok(_) => {

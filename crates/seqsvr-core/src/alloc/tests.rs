@@ -302,3 +302,151 @@ proptest! {
         }
     }
 }
+
+/// What the review saw: an operator raised a section to just below `u64::MAX`, then the section
+/// moved, so its new owner loaded that `max_seq`. Every request must get a clear, final error,
+/// never a panic (overflow checks are on in release) and never a wait for an advance.
+#[test]
+fn a_section_loaded_near_u64_max_answers_ceiling_without_panicking() {
+    for loaded in [18_446_744_073_709_550_000, u64::MAX, MAX_SEQ_CEILING + 1, MAX_SEQ_CEILING] {
+        let mut t = AllocTable::new(config(10_000));
+        let runs = t.grant(&all(2, 1));
+        t.loaded(runs[0].0, 1, &BTreeMap::from([(SectionId(0), loaded), (SectionId(1), 7)]));
+        assert_eq!(t.next(1), Err(SeqError::Ceiling(SectionId(0))), "loaded {loaded}");
+        assert_eq!(t.next_batch(&[1, 2, 1]), Err(SeqError::Ceiling(SectionId(0))));
+        assert_eq!(t.next_batch(&[12, 1]), Err(SeqError::Ceiling(SectionId(0))));
+        assert_eq!(t.next_each(&[1, 12, 1]), vec![0, 0, 0], "section 1 waits for an advance");
+        assert_eq!(t.current(1), Ok(loaded), "nothing was allocated");
+        // No advance beyond the ceiling is ever wanted: only section 1's.
+        let wanted = t.take_wanted(10);
+        assert_eq!(wanted.len(), 1, "loaded {loaded}: {wanted:?}");
+        assert_eq!(wanted[0].section, SectionId(1));
+        t.advanced(SectionId(1), 1, Some(wanted[0].max_seq));
+        assert_eq!(t.next_each(&[1, 12]), vec![0, 8]);
+        assert!(!t.has_wanted());
+        // A stray commit for the exhausted section changes nothing and panics nowhere.
+        t.advanced(SectionId(0), 1, Some(u64::MAX));
+        assert_eq!(t.next(1), Err(SeqError::Ceiling(SectionId(0))));
+        assert!(t.take_wanted(10).is_empty());
+    }
+}
+
+/// The advancer's path: a section in use gets a commit of a value near `u64::MAX` (an operator
+/// raise that raced our advance). `advanced` must not overflow, and the section serves on, up
+/// to the ceiling and never above it.
+#[test]
+fn a_commit_near_u64_max_neither_panics_nor_serves_above_the_ceiling() {
+    let mut t = AllocTable::new(config(10_000));
+    let runs = t.grant(&all(1, 1));
+    t.loaded(runs[0].0, 1, &BTreeMap::new());
+    assert_eq!(t.next(1), Err(SeqError::Exhausted(SectionId(0))));
+    let sent = t.take_wanted(10);
+    assert_eq!(sent.len(), 1);
+    t.advanced(SectionId(0), 1, Some(18_446_744_073_709_550_000));
+    assert_eq!(t.next_batch(&[1, 1, 2]), Ok(vec![1, 2, 1]));
+    assert!(!t.has_wanted(), "max_seq is beyond the ceiling: no advance can help");
+    // A uid whose values reached the ceiling gets the final error; others go on below it.
+    let mut t = AllocTable::new(config(10));
+    let runs = t.grant(&all(1, 1));
+    t.loaded(runs[0].0, 1, &BTreeMap::from([(SectionId(0), MAX_SEQ_CEILING - 3)]));
+    assert_eq!(t.next(1), Err(SeqError::Exhausted(SectionId(0))));
+    let sent = t.take_wanted(10);
+    assert_eq!(sent[0].max_seq, MAX_SEQ_CEILING, "the want is capped at the ceiling");
+    t.advanced(SectionId(0), 1, Some(u64::MAX - 5)); // an old store may commit more
+    for v in MAX_SEQ_CEILING - 2..=MAX_SEQ_CEILING {
+        assert_eq!(t.next(1), Ok(v));
+    }
+    assert_eq!(t.next(1), Err(SeqError::Ceiling(SectionId(0))));
+    assert_eq!(t.next_each(&[1, 2]), vec![0, MAX_SEQ_CEILING - 2]);
+    assert_eq!(t.current(1), Ok(MAX_SEQ_CEILING));
+    assert!(!t.has_wanted());
+}
+
+/// Near the ceiling (no overflow possible there): wants stop at it, the values up to it are
+/// served, then the section answers `Ceiling` for good (a final error, not a wait).
+#[test]
+fn a_section_serves_up_to_the_ceiling_then_answers_ceiling() {
+    let mut t = AllocTable::new(config(10));
+    let runs = t.grant(&all(1, 1));
+    t.loaded(runs[0].0, 1, &BTreeMap::from([(SectionId(0), MAX_SEQ_CEILING - 25)]));
+    let mut store = BTreeMap::from([(SectionId(0), MAX_SEQ_CEILING - 25)]);
+    let mut last = MAX_SEQ_CEILING - 25;
+    loop {
+        match t.next(1) {
+            Ok(v) => {
+                assert_eq!(v, last + 1);
+                last = v;
+            }
+            Err(SeqError::Exhausted(_)) => {}
+            Err(SeqError::Ceiling(s)) => {
+                assert_eq!(s, SectionId(0));
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+        for a in t.take_wanted(10) {
+            assert!(a.max_seq <= MAX_SEQ_CEILING, "wanted {} above the ceiling", a.max_seq);
+            let v = store.entry(a.section).or_insert(0);
+            *v = (*v).max(a.max_seq);
+            t.advanced(a.section, a.lease_epoch, Some(*v));
+        }
+    }
+    assert_eq!(last, MAX_SEQ_CEILING);
+    assert_eq!(store[&SectionId(0)], MAX_SEQ_CEILING);
+    assert!(!t.has_wanted(), "an exhausted section does not keep the advancer busy");
+    // A batch that would need values above the ceiling is refused at once, even while the
+    // section is still below it (waiting could never make it fit).
+    let mut t = AllocTable::new(config(10));
+    let runs = t.grant(&all(1, 1));
+    t.loaded(runs[0].0, 1, &BTreeMap::from([(SectionId(0), MAX_SEQ_CEILING - 2)]));
+    assert_eq!(t.next_batch(&[1, 1, 1]), Err(SeqError::Ceiling(SectionId(0))));
+    let sent = t.take_wanted(10);
+    assert_eq!(sent[0].max_seq, MAX_SEQ_CEILING, "still asks for what is left");
+    t.advanced(SectionId(0), 1, Some(MAX_SEQ_CEILING));
+    assert_eq!(t.next_batch(&[1, 1]), Ok(vec![MAX_SEQ_CEILING - 1, MAX_SEQ_CEILING]));
+}
+
+/// A huge configured step (times the growth) saturates instead of overflowing, and the want
+/// it makes stops at the ceiling.
+#[test]
+fn a_huge_step_saturates_and_stops_at_the_ceiling() {
+    let step = 1 << 62;
+    let mut t = AllocTable::new(AllocConfig { section_size: SIZE, step, prefetch_remaining: step });
+    let runs = t.grant(&all(1, 1));
+    t.loaded(runs[0].0, 1, &BTreeMap::new());
+    assert_eq!(t.next(1), Err(SeqError::Exhausted(SectionId(0))));
+    let sent = t.take_wanted(10);
+    assert_eq!(sent[0].max_seq, step + 1);
+    t.advanced(SectionId(0), 1, Some(step + 1));
+    assert_eq!(t.next(1), Ok(1));
+    assert_eq!(t.next(1), Ok(2)); // fewer than `prefetch` left: wants max_seq + step
+    let sent = t.take_wanted(10);
+    assert_eq!(sent[0].max_seq, MAX_SEQ_CEILING, "capped, not 2^63 + 1");
+    // Used more than half the headroom while it was out? No, but pretend a huge commit.
+    t.advanced(SectionId(0), 1, Some(u64::MAX));
+    assert_eq!(t.next(1), Ok(3));
+    assert!(!t.has_wanted());
+}
+
+/// The advancer's `advanced` with a want above the committed value (a request came while the
+/// advance was out) for a section near `u64::MAX`: `max_seq + step` used to overflow there
+/// and kill the advancer task. Results are checked only at the end, so that the old code
+/// reaches `advanced`.
+#[test]
+fn the_advancer_path_near_u64_max_does_not_panic() {
+    let mut t = AllocTable::new(config(10_000));
+    let runs = t.grant(&all(1, 1));
+    t.loaded(runs[0].0, 1, &BTreeMap::from([(SectionId(0), u64::MAX - 15_000)]));
+    let first = t.next(1);
+    let sent = t.take_wanted(10);
+    let batch = t.next_batch(&[1; 10]); // while the advance is out
+    for a in &sent {
+        t.advanced(a.section, a.lease_epoch, Some(a.max_seq));
+    }
+    t.advanced(SectionId(0), 1, Some(u64::MAX - 4_999)); // a commit racing an operator raise
+    assert_eq!(first, Err(SeqError::Ceiling(SectionId(0))));
+    assert!(sent.is_empty(), "no advance beyond the ceiling: {sent:?}");
+    assert_eq!(batch, Err(SeqError::Ceiling(SectionId(0))));
+    assert_eq!(t.next(1), Err(SeqError::Ceiling(SectionId(0))));
+    assert!(!t.has_wanted());
+}

@@ -21,8 +21,8 @@ fn identity() -> Identity {
     Identity { set_id: SetId(0), node_id: NodeId(1) }
 }
 
-fn voters() -> Vec<NodeId> {
-    vec![NodeId(1), NodeId(2), NodeId(3)]
+fn voters() -> Bootstrap {
+    Bootstrap::NewSet((1..=3).map(|id| (NodeId(id), format!("127.0.0.1:{}", 7100 + id))).collect())
 }
 
 fn entry(index: u64, term: u64) -> Entry {
@@ -31,8 +31,9 @@ fn entry(index: u64, term: u64) -> Entry {
     e
 }
 
+/// A new set in raft-rs's `MemStorage` layout (log from index 1), to compare against it.
 fn open(dir: &Path) -> NodeStorage {
-    NodeStorage::open(dir, identity(), &voters()).expect("open")
+    NodeStorage::open_with_log_start(dir, identity(), &voters(), 0).expect("open")
 }
 
 /// Compares every read the Raft core makes on the two storages.
@@ -148,10 +149,11 @@ fn applied_state_survives_reopen_and_snapshots_carry_it() {
 
     // A member far behind installs the snapshot and agrees.
     let dir2 = tempfile::tempdir().unwrap();
-    let mut behind = NodeStorage::open(
+    let mut behind = NodeStorage::open_with_log_start(
         dir2.path(),
         Identity { set_id: SetId(0), node_id: NodeId(2) },
         &voters(),
+        0,
     )
     .unwrap();
     behind.persist(Some(&snap), &[entry(3, 1)], None).unwrap();
@@ -308,4 +310,91 @@ fn a_section_raised_by_several_entries_of_one_batch_persists_its_last_value() {
     ours.commit_apply(AppliedBatch { applied_index: 2, changed, ..Default::default() }).unwrap();
     drop(ours);
     assert_eq!(open(dir.path()).state().max_seq(SectionId(3)), 105);
+}
+
+#[test]
+fn an_empty_dir_of_an_existing_set_has_no_configuration_and_may_not_vote() {
+    let dir = tempfile::tempdir().unwrap();
+    let joined = NodeStorage::open(dir.path(), identity(), &Bootstrap::Join).unwrap();
+    assert!(joined.vote_blocked());
+    assert!(joined.conf_state().voters.is_empty(), "no configuration until the leader sends one");
+    assert!(joined.members().is_empty());
+    drop(joined);
+    // Reopened: still blocked, whatever the start flag says now.
+    let again = NodeStorage::open(dir.path(), identity(), &voters()).unwrap();
+    assert!(again.vote_blocked(), "the block survives a restart");
+    assert!(again.conf_state().voters.is_empty(), "a stored dir ignores the bootstrap");
+}
+
+#[test]
+fn a_new_set_starts_its_log_after_the_bootstrap_index_so_joiners_need_a_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let ours = NodeStorage::open(dir.path(), identity(), &voters()).unwrap();
+    assert_eq!(ours.first_index().unwrap(), BOOTSTRAP_LOG_INDEX + 1);
+    assert_eq!(ours.last_index().unwrap(), BOOTSTRAP_LOG_INDEX);
+    assert_eq!(ours.term(BOOTSTRAP_LOG_INDEX).unwrap(), BOOTSTRAP_LOG_TERM);
+    assert_eq!(ours.applied_index(), BOOTSTRAP_LOG_INDEX);
+    assert_eq!(ours.hard_state().commit, BOOTSTRAP_LOG_INDEX);
+    assert!(matches!(
+        ours.entries(1, BOOTSTRAP_LOG_INDEX + 1, None, GetEntriesContext::empty(false)),
+        Err(raft::Error::Store(StorageError::Compacted))
+    ));
+    // A snapshot of it carries the configuration to a joiner.
+    let snap = raft::Storage::snapshot(&ours, 0, 4).unwrap();
+    assert_eq!(snap.get_metadata().index, BOOTSTRAP_LOG_INDEX);
+    assert_eq!(snap.get_metadata().get_conf_state().voters, vec![1, 2, 3]);
+}
+
+#[test]
+fn a_new_set_bootstraps_voters_and_the_member_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let ours = open(dir.path());
+    assert!(!ours.vote_blocked());
+    assert_eq!(ours.conf_state().voters, vec![1, 2, 3]);
+    assert_eq!(ours.members().get(&2).map(String::as_str), Some("127.0.0.1:7102"));
+}
+
+#[test]
+fn the_block_lifts_only_through_commit_apply_and_stays_lifted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut joined = NodeStorage::open(dir.path(), identity(), &Bootstrap::Join).unwrap();
+    let mut members = Members::new();
+    members.insert(1, "127.0.0.1:1".into());
+    members.insert(4, "127.0.0.1:4".into());
+    joined
+        .commit_apply(AppliedBatch {
+            applied_index: 0,
+            members: Some(members.clone()),
+            vote_unblocked: true,
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(!joined.vote_blocked());
+    drop(joined);
+    let again = NodeStorage::open(dir.path(), identity(), &Bootstrap::Join).unwrap();
+    assert!(!again.vote_blocked());
+    assert_eq!(again.members(), &members);
+}
+
+#[test]
+fn snapshots_carry_the_member_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ours = open(dir.path());
+    ours.persist(None, &[entry(1, 1)], None).unwrap();
+    ours.commit_apply(AppliedBatch { applied_index: 1, ..Default::default() }).unwrap();
+    let snap = raft::Storage::snapshot(&ours, 1, 2).unwrap();
+    let dir2 = tempfile::tempdir().unwrap();
+    let mut joined = NodeStorage::open(
+        dir2.path(),
+        Identity { set_id: SetId(0), node_id: NodeId(2) },
+        &Bootstrap::Join,
+    )
+    .unwrap();
+    joined.persist(Some(&snap), &[], None).unwrap();
+    assert_eq!(joined.members(), ours.members());
+    assert!(joined.vote_blocked(), "a snapshot never lifts the block");
+    // A snapshot from before the directory existed is still understood.
+    let (members, state) = decode_snapshot_data(b"{}").unwrap();
+    assert!(members.is_none());
+    assert_eq!(state, b"{}");
 }
