@@ -370,6 +370,91 @@ impl StoreClient {
     }
 }
 
+/// Worth trying again (on another member): the member is down, not leading, or did not answer.
+/// tonic reports an attempt's own `grpc-timeout` running out as `Cancelled`.
 fn retryable(code: Code) -> bool {
-    matches!(code, Code::Unavailable | Code::DeadlineExceeded | Code::Unknown)
+    matches!(code, Code::Unavailable | Code::DeadlineExceeded | Code::Unknown | Code::Cancelled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pb::store_service_server::{StoreService, StoreServiceServer};
+    use tonic::{Request, Response};
+
+    /// A leader that answers reads with section = max_seq; everything else is unimplemented.
+    struct Leader;
+
+    #[tonic::async_trait]
+    impl StoreService for Leader {
+        async fn advance_max_seq(
+            &self,
+            _: Request<pb::AdvanceMaxSeqRequest>,
+        ) -> Result<Response<pb::AdvanceMaxSeqResponse>, Status> {
+            Err(Status::unimplemented("test"))
+        }
+        async fn get_max_seq(
+            &self,
+            request: Request<pb::GetMaxSeqRequest>,
+        ) -> Result<Response<pb::GetMaxSeqResponse>, Status> {
+            let sections = request
+                .into_inner()
+                .sections
+                .into_iter()
+                .map(|s| pb::SectionMaxSeq { section: s, max_seq: s, lease_epoch: 0 })
+                .collect();
+            Ok(Response::new(pb::GetMaxSeqResponse { sections, read_index: 1 }))
+        }
+        async fn load_sections(
+            &self,
+            _: Request<pb::LoadSectionsRequest>,
+        ) -> Result<Response<pb::GetMaxSeqResponse>, Status> {
+            Err(Status::unimplemented("test"))
+        }
+        async fn register_alloc(
+            &self,
+            _: Request<pb::RegisterAllocRequest>,
+        ) -> Result<Response<pb::RegisterAllocResponse>, Status> {
+            Err(Status::unimplemented("test"))
+        }
+        async fn heartbeat(
+            &self,
+            _: Request<pb::HeartbeatRequest>,
+        ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+            Err(Status::unimplemented("test"))
+        }
+    }
+
+    /// A member that accepts TCP and reads nothing, as a SIGSTOPped process does.
+    async fn hung_member() -> (String, tokio::net::TcpListener) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        (listener.local_addr().unwrap().to_string(), listener)
+    }
+
+    async fn leader() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(StoreServiceServer::new(Leader))
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
+        addr
+    }
+
+    /// Seen in review: with member 1 SIGSTOPped and the leader on member 2, a call with a 3 s
+    /// deadline spent it all on member 1 and failed although 2 served.
+    #[tokio::test]
+    async fn a_hung_member_does_not_eat_the_deadline_and_the_leader_is_remembered() {
+        let (hung, _keep_open) = hung_member().await;
+        let good = leader().await;
+        let client = StoreClient::new(&[(NodeId(1), hung), (NodeId(2), good)]).unwrap();
+        let got = client.get(&[SectionId(7)], Duration::from_secs(3)).await;
+        assert_eq!(got.unwrap(), vec![(SectionId(7), 7)]);
+        assert_eq!(client.leader_guess(), NodeId(2), "the member that answered is remembered");
+        // The next call goes straight to it: a deadline shorter than one attempt on the hung
+        // member still succeeds.
+        let got = client.get(&[SectionId(8)], Duration::from_millis(250)).await;
+        assert_eq!(got.unwrap(), vec![(SectionId(8), 8)]);
+    }
 }
