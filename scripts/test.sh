@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: format and lint checks, unit and property tests, the cluster tests
 # that start real processes on 127.0.0.1, a short nemesis run (every fault kind), and the
-# checker's teeth (unsafe builds the nemesis must catch). Installs build dependencies when
-# missing.
+# checker's teeth (unsafe builds that the nemesis or the lost-disk replay must catch). Installs
+# build dependencies when missing.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$SEQSVR_ROOT"
@@ -20,26 +20,31 @@ out=$(mktemp -d -t seqsvr-nemesis-XXXXXX)
 echo ">> short nemesis run (every fault kind; history in $out/main)"
 "$SEQSVR_BIN/seqcheck" nemesis --seconds 100 --seed "${SEQSVR_NEMESIS_SEED:-1}" --step 1000 --out "$out/main"
 
-# Teeth: deliberately broken builds must be caught.
-build_teeth_bins no-lease-wait no-fencing
-# A teeth build must make the nemesis report violations (exit 1); anything else fails the run.
-expect_caught() { # teeth-name, then seqcheck nemesis arguments
+# Teeth: deliberately broken builds must be caught. (The normal build passing
+# `seqcheck lost-disk` is cluster test t90.)
+build_teeth_bins no-lease-wait no-fencing bootstrap-empty-voter
+# A teeth build must make a seqcheck run report a violation (exit 1); anything else, a pass
+# (0) or a run that could not be carried out (2), fails the suite.
+expect_caught() { # teeth-name, then the seqcheck command line
   local name=$1 rc
   shift
-  echo ">> teeth: the nemesis must catch $name (exit 1 = violations found)"
+  echo ">> teeth: seqcheck $1 must catch $name (exit 1 = violation found)"
   set +e
-  SEQSVR_BIN_DIR="$CARGO_TARGET_DIR/teeth/$name" "$SEQSVR_BIN/seqcheck" nemesis "$@" \
-    --out "$out/teeth-$name"
+  SEQSVR_BIN_DIR="$CARGO_TARGET_DIR/teeth/$name" "$SEQSVR_BIN/seqcheck" "$@"
   rc=$?
   set -e
   if [ $rc -ne 1 ]; then
-    echo "error: the nemesis did not catch teeth-$name (exit $rc, expected 1)" >&2
+    echo "error: seqcheck $1 did not catch teeth-$name (exit $rc, expected 1)" >&2
     exit 1
   fi
 }
-expect_caught no-lease-wait --seconds 30 --seed 1 --step 100000 \
-  --faults partition-alloc,pause-alloc,kill-alloc
+expect_caught no-lease-wait nemesis --seconds 30 --seed 1 --step 100000 \
+  --faults partition-alloc,pause-alloc,kill-alloc --out "$out/teeth-no-lease-wait"
 # With leases intact a stale advance hands out nothing, so missing fencing only shows when an
 # AllocSvr misses the end of its lease: the zombie-advance fault plays exactly that.
-expect_caught no-fencing --seconds 10 --seed 1 --sets 1 --faults zombie-advance
+expect_caught no-fencing nemesis --seconds 10 --seed 1 --sets 1 --faults zombie-advance \
+  --out "$out/teeth-no-fencing"
+# A member that lost its disk and votes again lets a lagging member win an election without a
+# committed max_seq (DESIGN.md §8).
+expect_caught bootstrap-empty-voter lost-disk
 echo ">> nemesis and teeth checks passed (histories in $out)"

@@ -2,4 +2,92 @@
 //! `seqsvr-check` (shared with the nemesis runner) and check invariants from outside.
 
 pub use seqsvr_check::cluster::*;
-pub use seqsvr_check::history;
+pub use seqsvr_check::{history, lost_disk};
+
+use history::{Operation, Outcome};
+use seqsvr_client::seq::SeqClient;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+use tonic::Code;
+
+/// Client load that records every call into a history for [`history::check`]: `tasks`
+/// concurrent callers sharing one `SeqClient`, each calling `next` round-robin over `uids` (of
+/// set 0).
+/// INVALID_ARGUMENT is a failure; every other error is "unknown" (it may have allocated).
+pub struct RecordedLoad {
+    stop: Arc<AtomicBool>,
+    ops: Arc<Mutex<Vec<Operation>>>,
+    ok: Arc<AtomicU64>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl RecordedLoad {
+    pub fn start(client: Arc<SeqClient>, uids: Vec<u64>, tasks: usize) -> RecordedLoad {
+        let t0 = Instant::now();
+        let stop = Arc::new(AtomicBool::new(false));
+        let ops = Arc::new(Mutex::new(Vec::new()));
+        let ok = Arc::new(AtomicU64::new(0));
+        let tasks = (0..tasks)
+            .map(|c| {
+                let (client, stop, ops, ok, uids) =
+                    (client.clone(), stop.clone(), ops.clone(), ok.clone(), uids.clone());
+                tokio::spawn(async move {
+                    let mut i = c;
+                    while !stop.load(Ordering::SeqCst) {
+                        let uid = uids[i % uids.len()];
+                        i += 1;
+                        let invoke_ns = t0.elapsed().as_nanos() as u64;
+                        let result = client.next(uid, Duration::from_secs(5)).await;
+                        let complete_ns = t0.elapsed().as_nanos() as u64;
+                        let outcome = match result {
+                            Ok(v) => {
+                                ok.fetch_add(1, Ordering::SeqCst);
+                                Outcome::Ok { values: vec![v] }
+                            }
+                            Err(s) if s.code() == Code::InvalidArgument => {
+                                Outcome::Fail { code: format!("{:?}", s.code()) }
+                            }
+                            Err(s) => Outcome::Unknown {
+                                reason: format!("{:?}: {}", s.code(), s.message()),
+                            },
+                        };
+                        ops.lock().unwrap_or_else(|e| e.into_inner()).push(Operation {
+                            client: c as u32,
+                            set: 0,
+                            uids: vec![uid],
+                            invoke_ns,
+                            complete_ns,
+                            outcome,
+                        });
+                    }
+                })
+            })
+            .collect();
+        RecordedLoad { stop, ops, ok, tasks }
+    }
+
+    /// Successful calls so far.
+    pub fn ok_count(&self) -> u64 {
+        self.ok.load(Ordering::SeqCst)
+    }
+
+    /// Waits until `n` more calls succeeded than when this was called: the set still serves.
+    pub async fn wait_progress(&self, what: &str, n: u64) {
+        let from = self.ok_count();
+        wait_for(&format!("{n} more successful calls {what}"), || async {
+            (self.ok_count() >= from + n).then_some(())
+        })
+        .await
+    }
+
+    /// Stops the callers and returns the history.
+    pub async fn finish(self) -> Vec<Operation> {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.tasks {
+            t.await.expect("load task");
+        }
+        std::mem::take(&mut *self.ops.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}

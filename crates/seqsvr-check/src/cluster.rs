@@ -4,6 +4,13 @@
 //! conditions (never on fixed sleeps). Every process a [`Cluster`] started is killed when it is
 //! dropped, even if a test panics; a failed run's data and logs are kept and their tails printed.
 //!
+//! Store membership (`DESIGN.md` §8): the first start of each member of the cluster file passes
+//! `--initial-cluster-state new` (it bootstraps the set), every later start `existing`, so a
+//! wiped data dir ([`Cluster::wipe_data_dir`]) comes back as an empty member that must be added
+//! again. [`Cluster::new_store_member`] registers a member the file does not list (started with
+//! `--addr`); the membership changes themselves go through `StoreClient`, and
+//! [`Cluster::set_removed`] tells the harness which members left.
+//!
 //! Binaries are found in `SEQSVR_BIN_DIR`, else next to the running executable
 //! (`target/<profile>/`); `scripts/test.sh` builds them first.
 
@@ -71,6 +78,23 @@ where
             return v;
         }
         assert!(Instant::now() < until, "timed out after {WAIT_MAX:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Like [`wait_for`], but gives up after `limit` with an error instead of panicking (for
+/// `seqcheck` runs, where "could not run" must be told apart from "violation").
+pub async fn wait_until<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let until = Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await {
+            return Ok(v);
+        }
+        anyhow::ensure!(Instant::now() < until, "timed out after {limit:?} waiting for {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -145,6 +169,16 @@ pub struct Proc {
     pub config_path: PathBuf,
     /// The file libfaketime reads this process's wall-clock offset from.
     pub faketime_file: PathBuf,
+    /// Store members only: the next start passes `--initial-cluster-state new` (the very first
+    /// start of a member of the cluster file, which bootstraps the set); every later start,
+    /// and every start of a member added later, passes `existing`.
+    pub bootstrap: bool,
+    /// Store members only: this member is named in the cluster file. A member added later is
+    /// not, so it is started with `--addr` (the address the others dial).
+    pub in_file: bool,
+    /// Store members only: removed from the set's membership (see [`Cluster::set_removed`]):
+    /// [`Cluster::store_ids`] and the waits leave it out.
+    pub removed: bool,
     child: Option<Child>,
 }
 
@@ -185,6 +219,9 @@ impl Cluster {
                     log: dir.path().join(format!("{name}.log")),
                     config_path: dir.path().join(format!("{name}.toml")),
                     faketime_file: dir.path().join(format!("{name}.faketime")),
+                    bootstrap: true,
+                    in_file: true,
+                    removed: false,
                     child: None,
                 });
             }
@@ -197,6 +234,9 @@ impl Cluster {
                     log: dir.path().join(format!("{name}.log")),
                     config_path: dir.path().join(format!("{name}.toml")),
                     faketime_file: dir.path().join(format!("{name}.faketime")),
+                    bootstrap: false,
+                    in_file: false,
+                    removed: false,
                     child: None,
                 });
             }
@@ -261,7 +301,12 @@ impl Cluster {
                 let mut c = Command::new(binary("storesvr"));
                 c.args(["--set-id", &set.0.to_string(), "--node-id", &id.0.to_string()])
                     .arg("--data-dir")
-                    .arg(&p.data_dir);
+                    .arg(&p.data_dir)
+                    .arg("--initial-cluster-state")
+                    .arg(if p.bootstrap { "new" } else { "existing" });
+                if !p.in_file {
+                    c.args(["--addr", &p.addr]);
+                }
                 c
             }
             ProcKey::Alloc(set, _) => {
@@ -320,7 +365,73 @@ impl Cluster {
             .stderr(log)
             .spawn()
             .expect("spawn process");
-        self.proc_mut(key).child = Some(child);
+        let p = self.proc_mut(key);
+        p.child = Some(child);
+        // The set is bootstrapped once: every later start of this member is a returning one.
+        p.bootstrap = false;
+    }
+
+    /// Deletes the data dir of stopped process `key` (a lost disk): its next [`start_proc`]
+    /// starts it empty, with `--initial-cluster-state existing`, so it waits to be added.
+    ///
+    /// [`start_proc`]: Cluster::start_proc
+    pub fn wipe_data_dir(&mut self, key: ProcKey) {
+        assert!(!self.is_running_proc(key), "{key:?} must be stopped before its data dir is wiped");
+        let p = self.proc_mut(key);
+        match std::fs::remove_dir_all(&p.data_dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => panic!("cannot wipe {}: {e}", p.data_dir.display()),
+        }
+        p.bootstrap = false;
+    }
+
+    /// Registers (does not start) a new StoreSvr member of `set` with the next unused node id,
+    /// a fresh port, data dir, log and config (the cluster file's contents, links not proxied).
+    /// Start it with [`start_proc`] (which passes `--addr` and `--initial-cluster-state
+    /// existing`), then add it through the leader (`StoreClient::add_learner`).
+    ///
+    /// [`start_proc`]: Cluster::start_proc
+    pub fn new_store_member(&mut self, set: SetId) -> NodeId {
+        let file_max =
+            self.config.set(set).expect("set").stores.iter().map(|m| m.id.0).max().unwrap_or(0);
+        let known_max = self
+            .procs
+            .iter()
+            .filter_map(|p| match p.key {
+                ProcKey::Store(s, id) if s == set => Some(id.0),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        let id = NodeId(file_max.max(known_max) + 1);
+        let name = format!("store-{set}-{id}");
+        let dir = self.dir.path();
+        let p = Proc {
+            key: ProcKey::Store(set, id),
+            addr: format!("127.0.0.1:{}", free_port()),
+            data_dir: dir.join(&name),
+            log: dir.join(format!("{name}.log")),
+            config_path: dir.join(format!("{name}.toml")),
+            faketime_file: dir.join(format!("{name}.faketime")),
+            bootstrap: false,
+            in_file: false,
+            removed: false,
+            child: None,
+        };
+        std::fs::write(&p.config_path, self.config.to_toml_string()).expect("write config");
+        std::fs::write(&p.faketime_file, "+0\n").expect("write faketime file");
+        self.procs.push(p);
+        id
+    }
+
+    /// Records that store member `key` was removed from (`true`) or added back to (`false`)
+    /// its set's membership, so [`store_ids`] and the waits leave it out or take it back.
+    ///
+    /// [`store_ids`]: Cluster::store_ids
+    pub fn set_removed(&mut self, key: ProcKey, removed: bool) {
+        assert!(matches!(key, ProcKey::Store(..)), "only store members have a membership");
+        self.proc_mut(key).removed = removed;
     }
 
     /// `kill -9` by PID, then reap it.
@@ -348,8 +459,57 @@ impl Cluster {
         std::fs::read_to_string(&self.proc(key).log).unwrap_or_default()
     }
 
+    /// The store members of `set` the harness knows (the cluster file's and those added with
+    /// [`new_store_member`]), except those marked removed, in id order.
+    ///
+    /// [`new_store_member`]: Cluster::new_store_member
     pub fn store_ids(&self, set: SetId) -> Vec<NodeId> {
-        self.config.set(set).expect("set").stores.iter().map(|m| m.id).collect()
+        let mut ids: Vec<NodeId> = self
+            .procs
+            .iter()
+            .filter(|p| !p.removed)
+            .filter_map(|p| match p.key {
+                ProcKey::Store(s, id) if s == set => Some(id),
+                _ => None,
+            })
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// The leader's view of `set`'s replicated membership: `(voters, learners)`, sorted.
+    /// Waits for a leader among the running members.
+    pub async fn membership(&self, set: SetId) -> (Vec<NodeId>, Vec<NodeId>) {
+        let leader = self.wait_set_leader(set).await;
+        let s = wait_for(&format!("the status of set {set}'s leader {leader}"), || {
+            self.store_status(set, leader)
+        })
+        .await;
+        let mut voters: Vec<NodeId> = s.voters.iter().map(|&v| NodeId(v)).collect();
+        let mut learners: Vec<NodeId> = s.learners.iter().map(|&v| NodeId(v)).collect();
+        voters.sort();
+        learners.sort();
+        (voters, learners)
+    }
+
+    /// The voters of `set` as its leader sees them.
+    pub async fn voters(&self, set: SetId) -> Vec<NodeId> {
+        self.membership(set).await.0
+    }
+
+    /// Waits until store member `id` of `set` has applied everything its leader had committed
+    /// when this was called (a learner that caught up).
+    pub async fn wait_caught_up(&self, set: SetId, id: NodeId) {
+        let leader = self.wait_set_leader(set).await;
+        let commit = wait_for(&format!("the status of set {set}'s leader {leader}"), || {
+            self.store_status(set, leader)
+        })
+        .await
+        .commit_index;
+        wait_for(&format!("member {id} of set {set} to apply index {commit}"), || async {
+            (self.store_status(set, id).await?.applied_index >= commit).then_some(())
+        })
+        .await
     }
 
     pub async fn store_status(&self, set: SetId, id: NodeId) -> Option<pb::StoreStatusResponse> {
@@ -380,15 +540,20 @@ impl Cluster {
         .await
     }
 
+    /// A store client of `set` naming every member the harness knows (removed ones last: a
+    /// removed member may still answer with a stale leader hint).
     pub fn store_client_of(&self, set: SetId) -> StoreClient {
-        let members: Vec<(NodeId, String)> = self
-            .config
-            .set(set)
-            .expect("set")
-            .stores
+        let mut members: Vec<(bool, NodeId, String)> = self
+            .procs
             .iter()
-            .map(|m| (m.id, m.addr.clone()))
+            .filter_map(|p| match p.key {
+                ProcKey::Store(s, id) if s == set => Some((p.removed, id, p.addr.clone())),
+                _ => None,
+            })
             .collect();
+        members.sort();
+        let members: Vec<(NodeId, String)> =
+            members.into_iter().map(|(_, id, addr)| (id, addr)).collect();
         StoreClient::new(&members).expect("store client")
     }
 

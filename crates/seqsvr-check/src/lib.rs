@@ -3,12 +3,14 @@
 //! # Layout
 //! - [`history`]: operations with invoke/complete times and outcomes, JSON lines, and the
 //!   checker (distinct values, real-time order per uid).
-//! - [`cluster`]: the process harness (start, kill -9, SIGSTOP, restart, wait) shared with the
-//!   cluster tests.
+//! - [`cluster`]: the process harness (start, kill -9, SIGSTOP, restart, wipe a data dir, add
+//!   store members, wait) shared with the cluster tests.
 //! - [`proxy`]: fault-injecting TCP proxies for cutting single links.
 //! - [`nemesis`]: seeded fault schedules and the runner behind `seqcheck nemesis`.
+//! - [`lost_disk`]: the lost-disk interleaving (`DESIGN.md` §8) behind `seqcheck lost-disk`.
 
 pub mod cluster;
 pub mod history;
+pub mod lost_disk;
 pub mod nemesis;
 pub mod proxy;

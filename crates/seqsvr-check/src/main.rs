@@ -1,9 +1,11 @@
-//! `seqcheck`: check a recorded history, or run the nemesis against a fresh local cluster.
+//! `seqcheck`: check a recorded history, run the nemesis against a fresh local cluster, or
+//! replay the lost-disk interleaving (`DESIGN.md` §8).
 //!
 //! Exit status: 0 = no violation, 1 = violations found, 2 = the run itself failed.
 
 use clap::{Parser, Subcommand};
 use seqsvr_check::history::{check, read_jsonl, Report};
+use seqsvr_check::lost_disk::{self, LostDiskConfig};
 use seqsvr_check::nemesis::{self, FaultKind, RunConfig, ALL_FAULTS};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -45,6 +47,21 @@ enum Command {
         #[arg(long, default_value_t = 100)]
         step: u64,
     },
+    /// Replay the lost-disk interleaving with real processes: a lagging member plus a member
+    /// whose data dir was wiped must not elect a leader that lost a committed max_seq.
+    /// Binaries come from SEQSVR_BIN_DIR (e.g. a teeth build), else next to seqcheck.
+    LostDisk {
+        /// How long to keep reading while only the lagging and the wiped member run, in
+        /// election timeouts (each raft-rs election timeout is up to 2 × election_ticks × tick).
+        #[arg(long, default_value_t = 10)]
+        window_election_timeouts: u32,
+        /// Skip the last step (remove, wipe, re-add and promote the wiped member).
+        #[arg(long)]
+        no_repair: bool,
+        /// Keep the cluster's data and logs (they are always kept on a violation or failure).
+        #[arg(long)]
+        keep: bool,
+    },
 }
 
 fn print_report(report: &Report) {
@@ -59,9 +76,52 @@ fn print_report(report: &Report) {
     }
 }
 
+/// Runs `seqcheck lost-disk`; a panic in the harness (a wait that timed out) is "could not run".
+fn lost_disk_command(cfg: LostDiskConfig) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runtime.block_on(lost_disk::run(&cfg))
+    }));
+    match outcome {
+        Ok(Ok(report)) => {
+            for note in &report.notes {
+                println!("note: {note}");
+            }
+            match &report.violation {
+                None => {
+                    println!("lost-disk: 0 violations");
+                    ExitCode::SUCCESS
+                }
+                Some(v) => {
+                    println!("VIOLATION {v}");
+                    println!("lost-disk: 1 violation");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Ok(Err(e)) => {
+            eprintln!("error: lost-disk run failed: {e:#}");
+            ExitCode::from(2)
+        }
+        Err(_) => {
+            eprintln!("error: lost-disk run failed (panicked, see above)");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::LostDisk { window_election_timeouts, no_repair, keep } => {
+            lost_disk_command(LostDiskConfig { window_election_timeouts, repair: !no_repair, keep })
+        }
         Command::Check { history } => {
             let file = match std::fs::File::open(&history) {
                 Ok(f) => f,

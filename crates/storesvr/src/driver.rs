@@ -252,9 +252,11 @@ pub enum Input {
         lease: LeaseConfig,
         reply: Reply<LeaseConfig>,
     },
-    /// Messages from a peer; `from_addr` is where it says it can be reached.
+    /// Messages from a peer; `from_addr` is where it says it can be reached, `vote_blocked`
+    /// whether it may vote.
     Raft {
         from_addr: String,
+        vote_blocked: bool,
         messages: Vec<Message>,
     },
     Peer(PeerReport),
@@ -389,9 +391,11 @@ impl DriverHandle {
     pub async fn step(
         &self,
         from_addr: String,
+        vote_blocked: bool,
         messages: Vec<Message>,
     ) -> Result<(), RequestError> {
-        self.tx.send(Input::Raft { from_addr, messages }).await.map_err(|_| RequestError::Stopped)
+        let input = Input::Raft { from_addr, vote_blocked, messages };
+        self.tx.send(input).await.map_err(|_| RequestError::Stopped)
     }
 }
 
@@ -502,6 +506,9 @@ pub struct Driver {
     next_read_id: u64,
     /// When each peer was last heard from: the leader proposes only with a quorum in sight.
     last_heard: HashMap<u64, Instant>,
+    /// Peers whose last batch said they are vote-blocked: no leadership for them, and they do
+    /// not count toward the voters a removal must leave.
+    blocked_peers: std::collections::HashSet<u64>,
     was_leader: bool,
     /// Present while this member is leader, for exactly one term (see `leader_state.rs`).
     arbiter: TermSlot<Arbiter>,
@@ -546,6 +553,7 @@ impl Driver {
             reads: HashMap::new(),
             next_read_id: 1,
             last_heard: HashMap::new(),
+            blocked_peers: Default::default(),
             was_leader: false,
             arbiter: TermSlot::default(),
             clock: BootInstant::now(),
@@ -553,6 +561,7 @@ impl Driver {
         })
         .map(|mut driver| {
             driver.sync_peers();
+            driver.transport.set_vote_blocked(driver.node.store().vote_blocked());
             if driver.node.store().vote_blocked() {
                 tracing::warn!(
                     "this member started from an empty data dir of an existing set: it will not \
@@ -611,19 +620,38 @@ impl Driver {
 
     fn handle(&mut self, input: Input) {
         match input {
-            Input::Raft { from_addr, messages } => {
+            Input::Raft { from_addr, vote_blocked, messages } => {
                 let now = Instant::now();
                 let blocked = self.node.store().vote_blocked();
-                for m in messages {
+                for mut m in messages {
                     self.last_heard.insert(m.from, now);
+                    if vote_blocked {
+                        self.blocked_peers.insert(m.from);
+                    } else {
+                        self.blocked_peers.remove(&m.from);
+                    }
                     self.learn_peer(m.from, &from_addr);
-                    if blocked && is_vote_or_campaign(m.get_msg_type()) {
+                    if is_vote_or_campaign(m.get_msg_type())
+                        && (blocked || self.only_bootstrapped_and_behind(&m))
+                    {
                         if self.vote_block_logged_term < m.term {
                             self.vote_block_logged_term = m.term;
                             tracing::warn!(from = m.from, term = m.term, kind = ?m.get_msg_type(),
-                                "vote-blocked member ignores a vote request / campaign order");
+                                vote_blocked = blocked,
+                                "ignoring a vote request / campaign order: this member may not vote \
+                                 (vote-blocked, or it holds only the bootstrap and the candidate is \
+                                 past it)");
                         }
                         continue;
+                    }
+                    let log = &self.node.raft.raft_log;
+                    let (last_index, committed) = (log.last_index(), log.committed);
+                    if clamp_heartbeat_commit(&mut m, last_index, committed) {
+                        tracing::warn!(
+                            from = m.from,
+                            last_index,
+                            "heartbeat commit index past our log (lost data dir?): ignored"
+                        );
                     }
                     if let Err(e) = self.node.step(m) {
                         tracing::debug!(error = %e, "raft step refused a message");
@@ -726,6 +754,11 @@ impl Driver {
                     Err(RequestError::Invalid(format!(
                         "member {target} is not a voter of this set"
                     )))
+                } else if self.blocked_peers.contains(&target.0) {
+                    Err(RequestError::Precondition(format!(
+                        "member {target} is vote-blocked (started empty in an existing set): it \
+                         cannot lead; remove and re-add it first"
+                    )))
                 } else {
                     if target != self.config.node_id {
                         self.node.transfer_leader(target.0);
@@ -735,6 +768,17 @@ impl Driver {
                 let _ = reply.send(result);
             }
         }
+    }
+
+    /// A member that holds nothing but a new set's bootstrap (log at index/term 5) refuses votes
+    /// to candidates past it. At a set's creation every candidate is at the bootstrap too; later,
+    /// such a member is one that never heard from a leader, or one whose lost data dir was
+    /// wrongly re-created with `--initial-cluster-state new`: its vote could elect a candidate
+    /// lacking entries it had acknowledged. It votes again once a leader caught it up.
+    fn only_bootstrapped_and_behind(&self, m: &Message) -> bool {
+        let log = &self.node.raft.raft_log;
+        !seqsvr_core::teeth::BOOTSTRAP_EMPTY_VOTER
+            && holds_only_bootstrap_and_candidate_is_past_it(log.last_index(), log.last_term(), m)
     }
 
     fn propose(&mut self, command: Command, reply: ProposalReply) {
@@ -808,6 +852,16 @@ impl Driver {
                 "a membership change is still pending (proposed at index {index}); retry once it applied"
             )));
         }
+        if raft.raft_log.first_index() <= 1 {
+            // A set created before explicit bootstrap keeps entries from index 1, which a new or
+            // wiped member would replay onto an empty configuration.
+            return Err(RequestError::Precondition(format!(
+                "this leader's log still starts at index 1 (a set created before explicit \
+                 bootstrap): membership changes wait until the log was compacted once (every {} \
+                 applied entries), so that members catch up by snapshot",
+                self.config.compact_log_entries
+            )));
+        }
         let cs = self.node.store().conf_state().clone();
         let is_voter = |id: NodeId| cs.voters.contains(&id.0);
         let is_learner = |id: NodeId| cs.learners.contains(&id.0);
@@ -840,14 +894,13 @@ impl Driver {
                         other.0
                     )));
                 }
-                if raft.raft_log.first_index() <= 1 {
-                    // A set created before explicit bootstrap keeps entries from index 1, which a
-                    // new member would replay without the initial configuration.
+                if let Some((_, file_addr)) =
+                    self.config.members.iter().find(|(m, a)| m == id && a != addr)
+                {
                     return Err(RequestError::Precondition(format!(
-                        "this leader's log still starts at index 1 (a set created before explicit \
-                         bootstrap): a new member must catch up by snapshot; retry once the log was \
-                         compacted (every {} applied entries)",
-                        self.config.compact_log_entries
+                        "member {id} is listed in the cluster file at {file_addr}, which members \
+                         dial in preference to the replicated address: re-add it at that address, \
+                         or give the new machine a new id (or update the cluster file first)"
                     )));
                 }
                 let mut cc = single(ConfChangeType::AddLearnerNode, *id);
@@ -868,6 +921,16 @@ impl Driver {
                 let commit = raft.raft_log.committed;
                 let matched = raft.prs().get(id.0).map_or(0, |p| p.matched);
                 let lag = commit.saturating_sub(matched);
+                // It must hold at least what our log no longer has (it installed a snapshot),
+                // so the promotion reaches it through the log: only a conf change applied from
+                // the log lifts a vote block. Lag alone passes an empty learner of a short log.
+                let first = raft.raft_log.first_index();
+                if matched == 0 || matched + 1 < first {
+                    return Err(RequestError::Precondition(format!(
+                        "learner {id} has not received the snapshot yet (match index {matched}, \
+                         the leader's log starts at {first}); retry once it caught up"
+                    )));
+                }
                 if lag > PROMOTE_LAG_MAX {
                     return Err(RequestError::Precondition(format!(
                         "learner {id} has not caught up: its match index is {matched}, the commit \
@@ -889,22 +952,26 @@ impl Driver {
                             "the only voter cannot be removed".into(),
                         ));
                     }
-                    let heard = self.heard_of(&rest);
+                    let able: Vec<u64> =
+                        rest.iter().copied().filter(|v| !self.blocked_peers.contains(v)).collect();
+                    let heard = self.heard_of(&able);
                     if heard <= rest.len() / 2 {
                         return Err(RequestError::Precondition(format!(
                             "removing member {id} would leave {} voters of which only {heard} \
-                             answered within an election timeout: no quorum; bring members back first",
+                             answered within an election timeout and may vote (vote-blocked \
+                             members cannot elect a leader): no electable quorum; bring members \
+                             back, or remove and re-add blocked ones first",
                             rest.len()
                         )));
                     }
                     if *id == self.config.node_id {
                         // Hand leadership to the most up-to-date other voter first.
                         let raft = &self.node.raft;
-                        let target = rest
+                        let target = able
                             .iter()
                             .copied()
                             .max_by_key(|v| raft.prs().get(*v).map_or(0, |p| p.matched))
-                            .expect("rest is not empty");
+                            .expect("a quorum of the others may vote");
                         tracing::info!(
                             to = target,
                             "removing the leader: transferring leadership first"
@@ -1345,8 +1412,10 @@ impl Driver {
         if conf_changed {
             for id in removed {
                 self.transport.remove_peer(NodeId(id));
+                self.blocked_peers.remove(&id);
             }
             self.sync_peers();
+            self.transport.set_vote_blocked(self.node.store().vote_blocked());
         }
         for (index, term, result) in answers {
             if let Some((p, outcome)) = self.proposals.take_applied(index, term) {
@@ -1522,4 +1591,106 @@ fn v1_to_v2(cc: ConfChange) -> ConfChangeV2 {
     v2.set_changes(vec![single].into());
     v2.context = cc.context;
     v2
+}
+
+/// A heartbeat whose commit index is past our log: the leader's progress for us predates our
+/// data (a replaced disk, a member re-started empty). raft-rs aborts the process on it
+/// (`commit_to` out of range), and a forged message could do the same. Keep our own commit
+/// index instead (committing entries we hold past it could commit a stale tail); the appends
+/// that follow find the gap and a snapshot or entries fill it. True if it clamped.
+fn clamp_heartbeat_commit(m: &mut Message, last_index: u64, committed: u64) -> bool {
+    if m.get_msg_type() != MessageType::MsgHeartbeat || m.commit <= last_index {
+        return false;
+    }
+    m.commit = committed;
+    true
+}
+
+/// See `Driver::only_bootstrapped_and_behind`.
+fn holds_only_bootstrap_and_candidate_is_past_it(
+    last_index: u64,
+    last_term: u64,
+    m: &Message,
+) -> bool {
+    use crate::storage::{BOOTSTRAP_LOG_INDEX, BOOTSTRAP_LOG_TERM};
+    matches!(m.get_msg_type(), MessageType::MsgRequestVote | MessageType::MsgRequestPreVote)
+        && last_index == BOOTSTRAP_LOG_INDEX
+        && last_term == BOOTSTRAP_LOG_TERM
+        && m.index > BOOTSTRAP_LOG_INDEX
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use raft::storage::MemStorage;
+
+    fn vote_request(kind: MessageType, last_index: u64) -> Message {
+        let mut m = Message::default();
+        m.set_msg_type(kind);
+        m.index = last_index;
+        m.log_term = 6;
+        m
+    }
+
+    #[test]
+    fn a_member_holding_only_the_bootstrap_votes_only_at_the_creation() {
+        let refuses = |kind, candidate_last, (ours_last, ours_term)| {
+            holds_only_bootstrap_and_candidate_is_past_it(
+                ours_last,
+                ours_term,
+                &vote_request(kind, candidate_last),
+            )
+        };
+        // The set's first election: everyone at the bootstrap.
+        assert!(!refuses(MessageType::MsgRequestVote, 5, (5, 5)));
+        assert!(!refuses(MessageType::MsgRequestPreVote, 5, (5, 5)));
+        // A candidate past it, and we hold nothing else: a lost disk re-created with `new`.
+        assert!(refuses(MessageType::MsgRequestVote, 6, (5, 5)));
+        assert!(refuses(MessageType::MsgRequestPreVote, 9, (5, 5)));
+        // Caught up by a leader: votes as usual.
+        assert!(!refuses(MessageType::MsgRequestVote, 9, (7, 6)));
+        // Other messages are never filtered here.
+        assert!(!refuses(MessageType::MsgAppend, 9, (5, 5)));
+    }
+
+    fn follower() -> RawNode<MemStorage> {
+        let storage = MemStorage::new_with_conf_state((vec![1, 2], vec![]));
+        let config = raft::Config { id: 2, ..Default::default() };
+        RawNode::new(&config, storage, &crate::raft_log::logger()).expect("raw node")
+    }
+
+    fn heartbeat(commit: u64) -> Message {
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgHeartbeat);
+        m.from = 1;
+        m.to = 2;
+        m.term = 1;
+        m.commit = commit;
+        m
+    }
+
+    /// The failure the clamp exists for: raft-rs aborts on a heartbeat past the log.
+    #[test]
+    fn raft_rs_aborts_on_a_heartbeat_commit_past_the_log() {
+        let aborted = std::panic::catch_unwind(|| {
+            let mut node = follower();
+            let _ = node.step(heartbeat(10));
+        });
+        assert!(aborted.is_err(), "raft-rs accepted a commit index past the log");
+    }
+
+    #[test]
+    fn a_heartbeat_commit_past_the_log_is_clamped_to_our_commit() {
+        let mut node = follower();
+        let mut m = heartbeat(10);
+        let log = &node.raft.raft_log;
+        assert!(clamp_heartbeat_commit(&mut m, log.last_index(), log.committed));
+        assert_eq!(m.commit, 0);
+        node.step(m).expect("stepped");
+        assert_eq!(node.raft.raft_log.committed, 0);
+        assert_eq!(node.raft.leader_id, 1, "the heartbeat still tells who leads");
+        // Within the log: untouched.
+        let mut m = heartbeat(0);
+        assert!(!clamp_heartbeat_commit(&mut m, 0, 0));
+    }
 }

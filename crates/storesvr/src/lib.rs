@@ -165,7 +165,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
 }
 
 /// `--initial-cluster-state new` on an empty data dir creates the set: refuse when another
-/// member already reports one (a leader, a term, a log). Such a member was wiped or is new: it
+/// member already reports one (a leader, or a log past the bootstrap point). Such a member was wiped or is new: it
 /// must join with `existing` and be added as a learner, or it would vote with an empty log and
 /// could elect a leader that lacks committed entries. Members that do not answer say nothing
 /// (at creation, the others may not be up yet).
@@ -183,7 +183,11 @@ async fn refuse_new_if_the_set_exists(config: &NodeConfig) -> anyhow::Result<()>
         Some((*id, addr.clone(), status))
     });
     for (id, addr, status) in futures::future::join_all(asks).await.into_iter().flatten() {
-        if status.leader_id != 0 || status.term > 0 || status.last_index > 0 {
+        // A peer still at the bootstrap point (created with `new` a moment ago, or started empty)
+        // is part of the same creation; one with a leader or entries past it is a live set.
+        let past_bootstrap = status.last_index > storage::BOOTSTRAP_LOG_INDEX
+            || status.commit_index > storage::BOOTSTRAP_LOG_INDEX;
+        if status.leader_id != 0 || past_bootstrap {
             anyhow::bail!(
                 "--initial-cluster-state new, but set {} already exists: member {id} at {addr} \
                  reports term {}, leader {}, last log index {}. This member's data dir {} is \

@@ -298,7 +298,10 @@ impl pb::raft_transport_server::RaftTransport for ServiceContext {
                 .map_err(|e| Status::invalid_argument(format!("undecodable raft message: {e}")))?;
             messages.push(m);
         }
-        self.driver.step(batch.from_addr, messages).await.map_err(to_status)?;
+        self.driver
+            .step(batch.from_addr, batch.sender_vote_blocked, messages)
+            .await
+            .map_err(to_status)?;
         Ok(Response::new(pb::RaftSendResponse {}))
     }
 }

@@ -9,6 +9,8 @@ use seqsvr_core::ids::{NodeId, SetId};
 use seqsvr_proto::v1::raft_transport_client::RaftTransportClient;
 use seqsvr_proto::v1::RaftMessageBatch;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tonic::transport::Endpoint;
@@ -38,6 +40,8 @@ pub struct Transport {
     driver: mpsc::Sender<Input>,
     runtime: tokio::runtime::Handle,
     peers: HashMap<u64, (String, mpsc::Sender<Message>)>,
+    /// Told to every peer with each batch (see `RaftMessageBatch.sender_vote_blocked`).
+    vote_blocked: Arc<AtomicBool>,
 }
 
 impl Transport {
@@ -56,6 +60,7 @@ impl Transport {
             driver,
             runtime: tokio::runtime::Handle::current(),
             peers: HashMap::new(),
+            vote_blocked: Arc::new(AtomicBool::new(false)),
         };
         for (id, addr) in peers {
             transport.set_peer(*id, addr)?;
@@ -80,6 +85,7 @@ impl Transport {
             to: id,
             addr: addr.to_string(),
             driver: self.driver.clone(),
+            vote_blocked: self.vote_blocked.clone(),
         };
         self.runtime.spawn(peer.run(endpoint, rx));
         if let Some((old, _)) = self.peers.insert(id.0, (addr.to_string(), tx)) {
@@ -95,6 +101,11 @@ impl Transport {
         if self.peers.remove(&id.0).is_some() {
             tracing::info!(peer = %id, "raft peer removed");
         }
+    }
+
+    /// Whether this member is vote-blocked, as its batches tell the others.
+    pub fn set_vote_blocked(&self, blocked: bool) {
+        self.vote_blocked.store(blocked, Ordering::Relaxed);
     }
 
     /// Whether messages to `id` have somewhere to go.
@@ -125,6 +136,7 @@ struct Peer {
     to: NodeId,
     addr: String,
     driver: mpsc::Sender<Input>,
+    vote_blocked: Arc<AtomicBool>,
 }
 
 impl Peer {
@@ -147,6 +159,7 @@ impl Peer {
                 from: self.from.0,
                 messages: batch.iter().map(|m| m.write_to_bytes().unwrap_or_default()).collect(),
                 from_addr: self.from_addr.clone(),
+                sender_vote_blocked: self.vote_blocked.load(Ordering::Relaxed),
             };
             match client.send(request).await {
                 Ok(_) => {
