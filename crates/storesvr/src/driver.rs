@@ -897,11 +897,12 @@ impl Driver {
                 if let Some((_, file_addr)) =
                     self.config.members.iter().find(|(m, a)| m == id && a != addr)
                 {
-                    return Err(RequestError::Precondition(format!(
-                        "member {id} is listed in the cluster file at {file_addr}, which members \
-                         dial in preference to the replicated address: re-add it at that address, \
-                         or give the new machine a new id (or update the cluster file first)"
-                    )));
+                    // The file's address may be this process's own route to the member (a
+                    // proxy), so this is not refused; but a member re-added on a new machine
+                    // under a listed id is only reached once the cluster file says so.
+                    tracing::warn!(member = %id, %addr, %file_addr,
+                        "re-adding a member the cluster file lists at another address: members \
+                         dial the file's address for it; update the file if it moved");
                 }
                 let mut cc = single(ConfChangeType::AddLearnerNode, *id);
                 cc.context = addr.clone().into_bytes().into();
@@ -1087,6 +1088,15 @@ impl Driver {
             kind.fail(e);
             return;
         }
+        let kind = match kind {
+            ReadKind::Heartbeat { alloc, route_version, reply }
+                if seqsvr_core::teeth::NO_READINDEX_BEFORE_GRANT =>
+            {
+                let _ = reply.send(self.grant(alloc, route_version));
+                return;
+            }
+            kind => kind,
+        };
         let id = self.next_read_id;
         self.next_read_id += 1;
         self.node.read_index(id.to_be_bytes().to_vec());
@@ -1228,7 +1238,7 @@ impl Driver {
                     || self.last_heard.get(&v).is_some_and(|&t| now.duration_since(t) < window)
             })
             .count();
-        if heard <= voters.len() / 2 {
+        if heard <= voters.len() / 2 && !seqsvr_core::teeth::NO_QUORUM_CHECK {
             return Err(RequestError::NoQuorum { heard, voters: voters.len() });
         }
         if pending >= pending_max {

@@ -509,7 +509,7 @@ impl NodeStorage {
             );
             batch.put(section_key(section), max_seq.to_be_bytes());
         }
-        if applied.control_changed {
+        if applied.control_changed && !seqsvr_core::teeth::NO_CONTROL_PERSIST {
             batch.put(KEY_CONTROL, self.state.control().encode());
         }
         if let Some(cs) = &applied.conf_state {
