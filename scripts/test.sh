@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: format and lint checks, unit and property tests, the cluster tests
 # that start real processes on 127.0.0.1, a short nemesis run (every fault kind), and the
-# checker's teeth (unsafe builds that the nemesis or the lost-disk replay must catch). Installs
-# build dependencies when missing.
+# checker's teeth (unsafe builds that the nemesis, the lost-disk replay or a targeted cluster
+# test must catch). Installs build dependencies when missing.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$SEQSVR_ROOT"
@@ -22,7 +22,8 @@ echo ">> short nemesis run (every fault kind; history in $out/main)"
 
 # Teeth: deliberately broken builds must be caught. (The normal build passing
 # `seqcheck lost-disk` is cluster test t90.)
-build_teeth_bins no-lease-wait no-fencing bootstrap-empty-voter
+build_teeth_bins no-lease-wait no-fencing bootstrap-empty-voter no-alloc-lease-check \
+  no-quorum-check no-readindex-before-grant no-control-persist
 # A teeth build must make a seqcheck run report a violation (exit 1); anything else, a pass
 # (0) or a run that could not be carried out (2), fails the suite.
 expect_caught() { # teeth-name, then the seqcheck command line
@@ -47,4 +48,27 @@ expect_caught no-fencing nemesis --seconds 10 --seed 1 --sets 1 --faults zombie-
 # A member that lost its disk and votes again lets a lagging member win an election without a
 # committed max_seq (DESIGN.md §8).
 expect_caught bootstrap-empty-voter lost-disk
+# An AllocSvr that serves without checking its lease keeps serving its old grant while it is
+# cut off from the store or paused, after its sections moved on.
+expect_caught no-alloc-lease-check nemesis --seconds 30 --seed 1 --step 100000 \
+  --faults partition-alloc,pause-alloc --out "$out/teeth-no-alloc-lease-check"
+# Teeth that no nemesis fault reaches have a targeted cluster test (tests/tests/t95_teeth_*.rs)
+# that the normal build passed in `cargo test` above and the teeth build must fail, saying why.
+expect_test_caught() { # teeth-name, test target, text its failure must contain
+  local name=$1 test=$2 marker=$3 rc log="$out/teeth-$1.log"
+  echo ">> teeth: cluster test $test must catch $name (output in $log)"
+  set +e
+  SEQSVR_BIN_DIR="$CARGO_TARGET_DIR/teeth/$name" \
+    cargo test --release -p seqsvr-cluster-tests --test "$test" >"$log" 2>&1
+  rc=$?
+  set -e
+  if [ $rc -eq 0 ] || ! grep -qF "$marker" "$log"; then
+    tail -n 40 "$log" >&2
+    echo "error: $test did not catch teeth-$name (exit $rc, expected a failure with '$marker')" >&2
+    exit 1
+  fi
+}
+expect_test_caught no-quorum-check t95_teeth_no_quorum "never answered 'no quorum'"
+expect_test_caught no-readindex-before-grant t95_teeth_readindex_grant "I1/I3 violated"
+expect_test_caught no-control-persist t95_teeth_control_persist "control state not persisted?"
 echo ">> nemesis and teeth checks passed (histories in $out)"

@@ -230,11 +230,49 @@ async fn concurrent_calls_are_coalesced_and_entries_answer_independently() {
     })
     .await;
     assert!(answer[1] > before_k, "the kept section is served in the same RPC: {answer:?}");
+    // All or nothing: NOT_OWNER, sent with the route version this client had before the move.
     let err = direct
-        .next_batch(pb::NextBatchRequest { uids: vec![m, k], ..Default::default() })
+        .next_batch(pb::NextBatchRequest {
+            uids: vec![m, k],
+            route_version: table.version,
+            independent: false,
+        })
         .await
         .expect_err("all or nothing");
     assert_eq!(err.code(), Code::FailedPrecondition, "{}", err.message());
+    assert!(err.message().starts_with("NOT_OWNER"), "{}", err.message());
+    // It carries a route table naming the section's actual owner (as the store says), no older
+    // than the client's.
+    let carried = seqsvr_client::seq::route_table_of(&err)
+        .unwrap_or_else(|| panic!("NOT_OWNER without a decodable route table: {err:?}"));
+    assert_eq!(carried.set_id, 0);
+    assert!(
+        carried.version >= table.version,
+        "route table v{} is older than the client's v{}",
+        carried.version,
+        table.version
+    );
+    let store_table = cluster
+        .store_client_of(SetId(0))
+        .admin(WAIT_MAX, |mut c, _| async move { c.route_table(pb::GetRouteTableRequest {}).await })
+        .await
+        .expect("the store's route table")
+        .route_table
+        .expect("route table");
+    let owner_of = |t: &pb::RouteTable, section: u64| {
+        t.entries
+            .iter()
+            .find(|e| e.section_begin <= section && section < e.section_end)
+            .map(|e| (e.alloc_id, e.addr.clone()))
+    };
+    let store_owner = owner_of(&store_table, moved).expect("the store assigns the moved section");
+    assert_eq!(store_owner, (to_alloc_id, other.addr.clone()), "the store's owner is the target");
+    assert_eq!(
+        owner_of(&carried, moved),
+        Some(store_owner),
+        "NOT_OWNER's route table v{} names the actual owner of section {moved}: {carried:?}",
+        carried.version
+    );
 
     // The SDK (its route table still says the old owner) serves both sections.
     let before = futures_current(&client, &[m, k]).await;

@@ -242,15 +242,30 @@ async fn store_leader_kill9_under_load_keeps_serving_and_advancing() {
     let mut cluster = Cluster::start(opts);
     let client = Arc::new(cluster.seq_client().await);
     cluster.wait_serving(&client).await;
-    let load = Load::start(client.clone(), uids_over_sections(&cluster, 0, 10), 4);
+    let load_uids = uids_over_sections(&cluster, 0, 10);
+    let load = Load::start(client.clone(), load_uids.clone(), 4);
     wait_progress(&load, 300, "load before the kill").await;
     let leader = cluster.wait_leader().await;
-    let commit = cluster.status(leader).await.unwrap().commit_index;
     cluster.kill9(leader);
     let new_leader = cluster.wait_leader().await;
-    // Advances resume: the new leader commits entries past the old commit index.
-    wait_for("advances committed by the new leader", || async {
-        (cluster.status(new_leader).await?.commit_index > commit + 5).then_some(())
+    // Advances resume. Progress is measured from the new leader's own baseline: a linearizable
+    // read served after its election (ReadIndex waits for its term's first entry, the no-op, to
+    // commit), then its commit index. Only an AdvanceMaxSeq committed after that raises a
+    // section's max_seq: the no-op, lease and arbiter entries alone do not.
+    let sections: Vec<SectionId> =
+        load_uids.iter().map(|&u| SectionId(u / cluster.config.section_size)).collect();
+    let store = cluster.store_client();
+    let base = store.get(&sections, WAIT_MAX).await.expect("read after the election");
+    let base_commit = wait_for("the new leader's status", || async {
+        let s = cluster.status(new_leader).await?;
+        (s.role == "leader").then_some(s.commit_index)
+    })
+    .await;
+    wait_for("an advance committed by the new leader", || async {
+        let s = cluster.status(new_leader).await?;
+        let now = store.get(&sections, Duration::from_secs(2)).await.ok()?;
+        let advanced = now.iter().zip(&base).any(|(n, b)| n.1 > b.1);
+        (s.commit_index > base_commit && advanced).then_some(())
     })
     .await;
     wait_progress(&load, 300, "load after the election").await;

@@ -3,7 +3,8 @@
 //! - the **lease loop** registers with the store, heartbeats every `heartbeat_ms`, installs each
 //!   grant (sections it may serve, with lease epochs), loads newly granted sections' `max_seq`,
 //!   and keeps the route table fresh. The lease runs until `send time of the heartbeat + lease -
-//!   margin` on `CLOCK_BOOTTIME` ([`BootInstant`]): wall-clock jumps cannot extend it, and a
+//!   margin` on `CLOCK_BOOTTIME` ([`BootInstant`]), computed by `seqsvr_core::lease` (the
+//!   arithmetic the core's lease simulation checks): wall-clock jumps cannot extend it, and a
 //!   process paused (SIGSTOP) or a host suspended past it finds it lapsed when it wakes (Tokio's
 //!   `Instant` is `CLOCK_MONOTONIC`, which stops during a suspend: it only paces the loops).
 //! - the **advancer** batches every section that wants a higher `max_seq` into one
@@ -13,6 +14,7 @@ use crate::config::AllocConfig;
 use seqsvr_client::store::StoreClient;
 use seqsvr_core::alloc::{AllocConfig as TableConfig, AllocTable};
 use seqsvr_core::ids::{AllocId, SectionId};
+use seqsvr_core::lease;
 use seqsvr_core::section::SectionRange;
 use seqsvr_core::store::SectionAdvance;
 use seqsvr_proto::v1 as pb;
@@ -35,21 +37,40 @@ pub struct Inner {
     pub route: pb::RouteTable,
 }
 
-/// When a lease granted by a heartbeat sent at `sent` ends: `sent + lease - margin` (a margin
-/// at least the lease gives no lease at all).
-pub fn lease_end(sent: BootInstant, lease_ms: u64, lease_margin_ms: u64) -> BootInstant {
-    sent + Duration::from_millis(lease_ms.saturating_sub(lease_margin_ms))
+/// Milliseconds since boot, rounded down: a lease measured from it starts no later than the
+/// instant itself, and a whole-millisecond end is compared exactly.
+fn boot_ms(t: BootInstant) -> u64 {
+    u64::try_from(t.since_boot().as_millis()).unwrap_or(u64::MAX)
+}
+
+fn from_boot_ms(ms: u64) -> BootInstant {
+    BootInstant::from_since_boot(Duration::from_millis(ms))
+}
+
+/// When a lease granted by a heartbeat sent at `sent`, whose answer arrived at `received`, ends:
+/// [`lease::lease_end_ms`] on the boot clock (`sent + lease - margin`; a margin of at least the
+/// lease gives no lease at all).
+pub fn lease_end(
+    sent: BootInstant,
+    received: BootInstant,
+    lease_ms: u64,
+    lease_margin_ms: u64,
+) -> BootInstant {
+    from_boot_ms(lease::lease_end_ms(boot_ms(sent), boot_ms(received), lease_ms, lease_margin_ms))
 }
 
 impl Inner {
+    /// [`lease::valid`] at `now` (in whole milliseconds, rounded down: an end that is not a
+    /// whole millisecond is treated as the millisecond before, never later).
     pub fn lease_valid(&self, now: BootInstant) -> bool {
-        self.lease_until.is_some_and(|until| now < until)
+        lease::valid(boot_ms(now), self.lease_until.map(boot_ms))
     }
 
-    /// A renewal ending at `until`. Heartbeats are sequential, so their send times only grow;
-    /// taking the later end anyway means a late answer can never shorten the lease.
+    /// A renewal ending at `until` ([`lease::extended`]): a late answer can never shorten the
+    /// lease.
     pub fn extend_lease(&mut self, until: BootInstant) {
-        self.lease_until = Some(self.lease_until.map_or(until, |u| u.max(until)));
+        let current = self.lease_until.map(boot_ms);
+        self.lease_until = Some(from_boot_ms(lease::extended(current, boot_ms(until))));
     }
 
     /// Keeps `table` if it is newer than ours; a table never goes back. Returns whether it was
@@ -158,11 +179,12 @@ pub async fn lease_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         let sent_boot = BootInstant::now();
         match shared.store.heartbeat(alloc, route_version, heartbeat).await {
             Ok(reply) => {
+                let received_boot = BootInstant::now();
                 if last_error.take().is_some() {
                     tracing::info!(alloc = %alloc, "lease renewed again");
                 }
                 backoff = Duration::from_millis(50);
-                install_grant(&shared, alloc, sent_boot, reply);
+                install_grant(&shared, alloc, sent_boot, received_boot, reply);
             }
             Err(status) if matches!(status.code(), Code::NotFound | Code::FailedPrecondition) => {
                 tracing::warn!(alloc = %alloc, reason = %status.message(),
@@ -207,9 +229,10 @@ fn install_grant(
     shared: &Arc<Shared>,
     alloc: AllocId,
     sent: BootInstant,
+    received: BootInstant,
     reply: pb::HeartbeatResponse,
 ) {
-    let until = lease_end(sent, reply.lease_ms, reply.lease_margin_ms);
+    let until = lease_end(sent, received, reply.lease_ms, reply.lease_margin_ms);
     let runs: Vec<(SectionRange, u64)> = reply
         .runs
         .iter()
@@ -356,25 +379,32 @@ mod tests {
         BootInstant::from_since_boot(Duration::from_millis(ms))
     }
 
-    /// Injected boot-clock times: the lease runs from the heartbeat's send time for
-    /// `lease - margin`, never shrinks, and a margin of a whole lease gives none.
+    /// Injected boot-clock times: the lease runs from the heartbeat's send time (not the
+    /// answer's arrival) for `lease - margin`, never shrinks, and a margin of a whole lease
+    /// gives none.
     #[test]
     fn the_lease_runs_from_the_send_time_for_lease_minus_margin() {
         let mut inner = inner();
         assert!(!inner.lease_valid(at(0)), "no lease before the first grant");
-        inner.extend_lease(lease_end(at(100_000), 5_000, 500));
+        let slow_answer = lease_end(at(100_000), at(100_800), 5_000, 500);
+        if seqsvr_core::teeth::LEASE_FROM_RECEIVE_TIME {
+            assert_eq!(slow_answer, at(105_300), "the teeth build counts from the arrival");
+            return;
+        }
+        assert_eq!(slow_answer, at(104_500), "the answer's arrival does not count");
+        inner.extend_lease(lease_end(at(100_000), at(100_010), 5_000, 500));
         assert!(inner.lease_valid(at(100_000)));
         assert!(inner.lease_valid(at(104_499)));
         assert!(!inner.lease_valid(at(104_500)), "ends at send + lease - margin");
         // A host suspended for an hour wakes with its boot clock an hour later: lapsed.
         assert!(!inner.lease_valid(at(100_000 + 3_600_000)));
         // An older heartbeat's late answer never shortens it; a newer one extends it.
-        inner.extend_lease(lease_end(at(99_000), 5_000, 500));
+        inner.extend_lease(lease_end(at(99_000), at(99_010), 5_000, 500));
         assert!(inner.lease_valid(at(104_499)));
-        inner.extend_lease(lease_end(at(101_000), 5_000, 500));
+        inner.extend_lease(lease_end(at(101_000), at(101_010), 5_000, 500));
         assert!(inner.lease_valid(at(105_499)) && !inner.lease_valid(at(105_500)));
         let mut other = self::inner();
-        other.extend_lease(lease_end(at(100_000), 500, 800));
+        other.extend_lease(lease_end(at(100_000), at(100_000), 500, 800));
         assert!(!other.lease_valid(at(100_000)), "margin >= lease: no lease at all");
     }
 
@@ -383,7 +413,7 @@ mod tests {
     fn the_lease_is_on_the_boot_clock() {
         let mut inner = inner();
         let sent = BootInstant::now();
-        inner.extend_lease(lease_end(sent, 60_000, 500));
+        inner.extend_lease(lease_end(sent, sent, 60_000, 500));
         assert!(inner.lease_valid(BootInstant::now()));
         let boot = seqsvr_server::clock::boottime_now();
         assert!(inner.lease_until.unwrap().since_boot() > boot, "on the boot clock's scale");

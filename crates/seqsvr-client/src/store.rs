@@ -23,7 +23,7 @@ const BACKOFF_MAX: Duration = Duration::from_millis(500);
 /// (SIGSTOP, a hung disk) cannot eat the whole deadline: the next attempt tries another member.
 const ATTEMPT_TIMEOUT_MAX: Duration = Duration::from_millis(1500);
 /// ... and never less than this, so a slow but healthy leader still gets a fair chance.
-const ATTEMPT_TIMEOUT_MIN: Duration = Duration::from_millis(300);
+const ATTEMPT_TIMEOUT_MIN: Duration = Duration::from_millis(150);
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Opens a lazy gRPC channel to `addr` (`host:port`); nothing is dialled until the first call.
@@ -98,7 +98,10 @@ impl StoreClient {
     /// know (a member added after the cluster file was written).
     fn member_at(&self, id: Option<NodeId>, addr: &str) -> Option<usize> {
         let mut members = self.members.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(i) = members.iter().position(|m| m.addr == addr) {
+        // A member we know by id keeps our own address for it (the redirecting member's view
+        // may differ: a proxy in tests, another network in production).
+        let by_id = id.filter(|i| i.0 != 0).and_then(|i| members.iter().position(|m| m.id == i));
+        if let Some(i) = by_id.or_else(|| members.iter().position(|m| m.addr == addr)) {
             return Some(i);
         }
         let channel = channel(addr).ok()?;
@@ -358,7 +361,12 @@ impl StoreClient {
                     target = next;
                     continue; // follow the redirect at once
                 }
-                _ => target = (target + 1) % self.n_members(),
+                _ => {
+                    // Move the guess on too, so later calls do not start at a member that
+                    // hangs (a caller whose deadline fits one attempt would never get past it).
+                    target = (target + 1) % self.n_members();
+                    self.set_leader(target);
+                }
             }
             let left = until.saturating_duration_since(Instant::now());
             if left <= backoff {

@@ -99,6 +99,10 @@ pub struct Arbiter {
     lease_changed_ms: u64,
     /// Last grant this leader made to each AllocSvr.
     last_grant_ms: BTreeMap<AllocId, u64>,
+    /// When a plan first saw each registration: one registered under this leader has a hold
+    /// from then to heartbeat, not from the leader's start (expired at once, it would be
+    /// refused, register again, and so on for as long as a plan comes before its grant).
+    first_seen_ms: BTreeMap<AllocId, u64>,
     /// Found dead: never granted again by this leader.
     expired: BTreeSet<AllocId>,
     /// Unsettled lease epoch → when its `Assign` applied.
@@ -124,6 +128,7 @@ impl Arbiter {
             leader_since_ms: now_ms,
             lease_changed_ms: now_ms,
             last_grant_ms: BTreeMap::new(),
+            first_seen_ms: BTreeMap::new(),
             expired: BTreeSet::new(),
             fences: BTreeMap::new(),
         }
@@ -201,7 +206,8 @@ impl Arbiter {
     }
 
     fn lease_over(&self, alloc: AllocId, now_ms: u64, control: &ControlState) -> bool {
-        let last = self.last_grant_ms.get(&alloc).copied().unwrap_or(self.leader_since_ms);
+        let granted = self.last_grant_ms.get(&alloc).or(self.first_seen_ms.get(&alloc));
+        let last = granted.copied().unwrap_or(self.leader_since_ms).max(self.leader_since_ms);
         self.expired.contains(&alloc) || now_ms >= self.over_at(last, control)
     }
 
@@ -214,6 +220,9 @@ impl Arbiter {
         control: &ControlState,
         sections: SectionRange,
     ) -> Vec<Command> {
+        for &id in control.allocs.keys() {
+            self.first_seen_ms.entry(id).or_insert(now_ms);
+        }
         if control.lease.is_none() {
             // Nothing is granted or moved before the set's lease is replicated.
             let first = self.bootstrap_lease;
@@ -350,6 +359,7 @@ impl Arbiter {
     /// Drops leader-local memory of a registration the state no longer has.
     pub fn forget(&mut self, alloc: AllocId) {
         self.last_grant_ms.remove(&alloc);
+        self.first_seen_ms.remove(&alloc);
         self.expired.remove(&alloc);
     }
 }

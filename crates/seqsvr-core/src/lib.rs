@@ -6,6 +6,7 @@
 //! - [`section`]: uid → section arithmetic and section ranges.
 //! - [`alloc`]: the AllocSvr's in-memory `cur_seq`/`max_seq` table (the allocation hot path).
 //! - [`arbiter`]: the store leader's lease arithmetic and section placement decisions.
+//! - [`lease`]: the AllocSvr's lease arithmetic on its own clock (end, renewal, validity).
 //! - [`assign`]: the section → AllocSvr assignment (runs with owner, lease epoch, fence state).
 //! - [`config`]: the cluster config (`cluster.toml`): sets, their uid ranges and members, tunables.
 //! - [`store`]: the StoreSvr state machine: per-section `max_seq` (invariants I2, I4) and its
@@ -17,6 +18,7 @@ pub mod arbiter;
 pub mod assign;
 pub mod config;
 pub mod ids;
+pub mod lease;
 pub mod section;
 pub mod store;
 pub mod teeth;

@@ -9,6 +9,19 @@
 //! - `teeth-bootstrap-empty-voter`: a StoreSvr that finds an empty data dir bootstraps itself as
 //!   a voter of the configured members whatever `--initial-cluster-state` says, and votes at
 //!   once (the lost-disk bug: a wiped member elects a leader that lacks committed entries).
+//! - `teeth-lease-from-receive-time`: the AllocSvr measures its lease from when the heartbeat's
+//!   answer arrived instead of when the heartbeat was sent (`lease::lease_end_ms`): a reply
+//!   delayed by more than about `2 × margin` lets it serve after the store moved its sections.
+//! - `teeth-no-alloc-lease-check`: the AllocSvr serves without checking that its lease is still
+//!   valid (it keeps serving its last grant while cut off from the store or after a pause).
+//! - `teeth-no-quorum-check`: the store leader proposes (and answers reads) without a quorum in
+//!   sight; a lone leader takes requests into its log until raft-rs makes it step down.
+//! - `teeth-no-readindex-before-grant`: the store leader grants a lease on a heartbeat at once,
+//!   without confirming its leadership (ReadIndex) first: a deposed leader that has not noticed
+//!   yet keeps granting while the new leader moves the sections.
+//! - `teeth-no-control-persist`: applying a change of the control state (registry, assignment,
+//!   lease epochs, route version) does not write it to disk, so a restarted member comes back
+//!   with an older control state than it had applied.
 
 /// Whether the arbiter's waits are cut short (see the module doc).
 pub const NO_LEASE_WAIT: bool = cfg!(feature = "teeth-no-lease-wait");
@@ -16,6 +29,16 @@ pub const NO_LEASE_WAIT: bool = cfg!(feature = "teeth-no-lease-wait");
 pub const NO_FENCING: bool = cfg!(feature = "teeth-no-fencing");
 /// Whether an empty data dir is bootstrapped as a voter (see the module doc).
 pub const BOOTSTRAP_EMPTY_VOTER: bool = cfg!(feature = "teeth-bootstrap-empty-voter");
+/// Whether the AllocSvr's lease runs from the reply's arrival (see the module doc).
+pub const LEASE_FROM_RECEIVE_TIME: bool = cfg!(feature = "teeth-lease-from-receive-time");
+/// Whether the AllocSvr serves without a lease check (see the module doc).
+pub const NO_ALLOC_LEASE_CHECK: bool = cfg!(feature = "teeth-no-alloc-lease-check");
+/// Whether the store leader proposes without a quorum in sight (see the module doc).
+pub const NO_QUORUM_CHECK: bool = cfg!(feature = "teeth-no-quorum-check");
+/// Whether heartbeats are granted without ReadIndex (see the module doc).
+pub const NO_READINDEX_BEFORE_GRANT: bool = cfg!(feature = "teeth-no-readindex-before-grant");
+/// Whether applied control-state changes are left unwritten (see the module doc).
+pub const NO_CONTROL_PERSIST: bool = cfg!(feature = "teeth-no-control-persist");
 
 /// The teeth compiled into this build.
 pub fn enabled() -> Vec<&'static str> {
@@ -28,6 +51,21 @@ pub fn enabled() -> Vec<&'static str> {
     }
     if BOOTSTRAP_EMPTY_VOTER {
         on.push("teeth-bootstrap-empty-voter");
+    }
+    if LEASE_FROM_RECEIVE_TIME {
+        on.push("teeth-lease-from-receive-time");
+    }
+    if NO_ALLOC_LEASE_CHECK {
+        on.push("teeth-no-alloc-lease-check");
+    }
+    if NO_QUORUM_CHECK {
+        on.push("teeth-no-quorum-check");
+    }
+    if NO_READINDEX_BEFORE_GRANT {
+        on.push("teeth-no-readindex-before-grant");
+    }
+    if NO_CONTROL_PERSIST {
+        on.push("teeth-no-control-persist");
     }
     on
 }
