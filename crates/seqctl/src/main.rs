@@ -160,6 +160,10 @@ fn parse_advance(text: &str) -> Result<(u64, u64), String> {
 }
 
 fn main() -> ExitCode {
+    // Like every Unix tool: a closed stdout (`seqctl store status | head`) ends the process
+    // quietly instead of panicking in `println!`.
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
