@@ -809,6 +809,47 @@ mod tests {
                 for (&s, &v) in &persisted {
                     prop_assert_eq!(state.max_seq(s), v);
                 }
+                // ... and every raised section is in it: one left out would be raised in
+                // memory but not on disk, and a restart would lower it (I4).
+                for s in 0..8 {
+                    let s = SectionId(s);
+                    if before.max_seq(s) != state.max_seq(s) {
+                        prop_assert_eq!(persisted.get(&s).copied(), Some(state.max_seq(s)));
+                    }
+                }
+            }
+        }
+
+        /// Every control-state command that changes the control state reports
+        /// `control_changed`: unreported, the change would live in memory only, and a restarted
+        /// replica would fence differently from the others.
+        #[test]
+        fn control_changed_is_reported_whenever_control_changes(
+            script in prop::collection::vec((0u8..6, 0u64..4, 10u64..20, 1u64..4), 1..40)
+        ) {
+            let mut state = StoreState::new();
+            for (kind, who, section, len) in script {
+                let alloc = AllocId(who + 1);
+                let end = (section + len).min(20);
+                let r = SectionRange::new(SectionId(section), SectionId(end)).unwrap();
+                let lease_epoch = state.control().last_lease_epoch;
+                let command = match kind {
+                    0 => Command::RegisterAlloc { addr: format!("127.0.0.1:{}", 7200 + who) },
+                    1 => Command::Assign { moves: vec![(r, alloc)], settled: false },
+                    2 => Command::Assign { moves: vec![(r, alloc)], settled: true },
+                    3 => Command::Settle { lease_epoch },
+                    4 => Command::SetDraining { alloc, draining: who % 2 == 0 },
+                    _ => Command::RemoveAlloc { alloc },
+                };
+                let before = state.control().clone();
+                let out = state.apply(&command);
+                // Never under-reported (over-reporting costs a write of an unchanged record).
+                prop_assert!(
+                    out.control_changed || &before == state.control(),
+                    "{:?} -> {:?} changed the control state without saying so",
+                    command,
+                    out.result
+                );
             }
         }
     }

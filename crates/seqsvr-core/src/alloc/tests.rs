@@ -450,3 +450,28 @@ fn the_advancer_path_near_u64_max_does_not_panic() {
     assert_eq!(t.next(1), Err(SeqError::Ceiling(SectionId(0))));
     assert!(!t.has_wanted());
 }
+
+/// A failed load drops the sections; the next heartbeat's grant is usually identical, and
+/// identical grants are skipped. Dropping must make the next grant install (and load) again,
+/// or the sections stay unserved for the life of the process.
+#[test]
+fn a_grant_after_a_failed_load_loads_again() {
+    let mut t = AllocTable::new(config(10));
+    let runs = all(2, 1);
+    let to_load = t.grant(&runs);
+    assert_eq!(to_load, runs);
+    assert!(t.grant(&runs).is_empty(), "an unchanged grant is skipped");
+    // The load failed (store unreachable): the AllocSvr drops what it could not load.
+    for s in 0..2 {
+        t.drop_section(SectionId(s));
+    }
+    assert_eq!(t.next(3), Err(SeqError::NotOwned(SectionId(0))));
+    let again = t.grant(&runs);
+    assert_eq!(again, runs, "the same grant must load the dropped sections again");
+    let mut store = BTreeMap::from([(SectionId(0), 10)]);
+    t.loaded(again[0].0, 1, &store);
+    // Served again: every uid starts at the loaded max_seq, so the first value needs an advance.
+    assert_eq!(t.next(3), Err(SeqError::Exhausted(SectionId(0))));
+    commit_wanted(&mut t, &mut store);
+    assert_eq!(t.next(3), Ok(11));
+}
