@@ -25,7 +25,17 @@ pub struct RecordedLoad {
 
 impl RecordedLoad {
     pub fn start(client: Arc<SeqClient>, uids: Vec<u64>, tasks: usize) -> RecordedLoad {
-        let t0 = Instant::now();
+        Self::start_at(Instant::now(), client, uids, tasks)
+    }
+
+    /// Like [`RecordedLoad::start`], timing calls from `t0`, so that several loads of one test
+    /// form one history on one clock.
+    pub fn start_at(
+        t0: Instant,
+        client: Arc<SeqClient>,
+        uids: Vec<u64>,
+        tasks: usize,
+    ) -> RecordedLoad {
         let stop = Arc::new(AtomicBool::new(false));
         let ops = Arc::new(Mutex::new(Vec::new()));
         let ok = Arc::new(AtomicU64::new(0));

@@ -9,83 +9,14 @@
 //! Then the AllocSvrs resume, serving resumes, and the whole history (before and after, one
 //! clock) passes the I1 checker.
 
-use seqsvr_client::seq::SeqClient;
-use seqsvr_cluster_tests::history::{check, Operation, Outcome};
-use seqsvr_cluster_tests::{wait_for, Cluster, ClusterOptions, ProcKey, WAIT_MAX};
+use seqsvr_cluster_tests::history::{check, Outcome};
+use seqsvr_cluster_tests::{wait_for, Cluster, ClusterOptions, ProcKey, RecordedLoad, WAIT_MAX};
 use seqsvr_core::ids::{NodeId, SetId};
 use seqsvr_proto::v1 as pb;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
-use tonic::Code;
-
-/// Concurrent callers recording every call on the test's one clock `t0`.
-struct Load {
-    stop: Arc<AtomicBool>,
-    ok: Arc<AtomicU64>,
-    ops: Arc<Mutex<Vec<Operation>>>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Load {
-    fn start(t0: Instant, client: Arc<SeqClient>, uids: Vec<u64>, n_clients: usize) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let ok = Arc::new(AtomicU64::new(0));
-        let ops = Arc::new(Mutex::new(Vec::new()));
-        let tasks = (0..n_clients)
-            .map(|c| {
-                let (client, stop, ok, ops, uids) =
-                    (client.clone(), stop.clone(), ok.clone(), ops.clone(), uids.clone());
-                tokio::spawn(async move {
-                    let mut i = c;
-                    while !stop.load(Ordering::SeqCst) {
-                        let uid = uids[i % uids.len()];
-                        i += n_clients;
-                        let invoke_ns = t0.elapsed().as_nanos() as u64;
-                        let result = client.next(uid, Duration::from_secs(5)).await;
-                        let complete_ns = t0.elapsed().as_nanos() as u64;
-                        let outcome = match result {
-                            Ok(v) => {
-                                ok.fetch_add(1, Ordering::SeqCst);
-                                Outcome::Ok { values: vec![v] }
-                            }
-                            Err(s) if s.code() == Code::InvalidArgument => {
-                                Outcome::Fail { code: format!("{:?}", s.code()) }
-                            }
-                            Err(s) => Outcome::Unknown {
-                                reason: format!("{:?}: {}", s.code(), s.message()),
-                            },
-                        };
-                        ops.lock().unwrap().push(Operation {
-                            client: c as u32,
-                            set: 0,
-                            uids: vec![uid],
-                            invoke_ns,
-                            complete_ns,
-                            outcome,
-                        });
-                    }
-                })
-            })
-            .collect();
-        Load { stop, ok, ops, tasks }
-    }
-
-    async fn wait_ok(&self, n: u64, what: &str) {
-        let target = self.ok.load(Ordering::SeqCst) + n;
-        wait_for(what, || async { (self.ok.load(Ordering::SeqCst) >= target).then_some(()) }).await
-    }
-
-    async fn finish(self) -> Vec<Operation> {
-        self.stop.store(true, Ordering::SeqCst);
-        for t in self.tasks {
-            t.await.expect("load task");
-        }
-        std::mem::take(&mut *self.ops.lock().unwrap())
-    }
-}
 
 fn admin(addr: &str) -> pb::store_admin_client::StoreAdminClient<tonic::transport::Channel> {
     pb::store_admin_client::StoreAdminClient::new(
@@ -265,8 +196,8 @@ async fn kill9_of_every_store_member_keeps_replicas_agreed_and_values_increasing
     let stride = (set.uid_end - set.uid_begin) / 40;
     let uids: Vec<u64> = (0..40).map(|i| set.uid_begin + i * stride + i % 7).collect();
     let t0 = Instant::now();
-    let load = Load::start(t0, client.clone(), uids.clone(), 4);
-    load.wait_ok(500, "calls before the restart").await;
+    let load = RecordedLoad::start_at(t0, client.clone(), uids.clone(), 4);
+    load.wait_progress("before the restart", 500).await;
     let mut history = load.finish().await;
 
     // The state before: with healthy AllocSvrs and no faults nothing moves, registers or
@@ -343,8 +274,8 @@ async fn kill9_of_every_store_member_keeps_replicas_agreed_and_values_increasing
     for key in allocs {
         cluster.pause(key, false);
     }
-    let load = Load::start(t0, client.clone(), uids.clone(), 4);
-    load.wait_ok(500, "calls after the restart").await;
+    let load = RecordedLoad::start_at(t0, client.clone(), uids.clone(), 4);
+    load.wait_progress("after the restart", 500).await;
     history.extend(load.finish().await);
     let report = check(&history);
     assert!(report.n_ok > 0);

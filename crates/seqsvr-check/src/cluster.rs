@@ -566,10 +566,17 @@ impl Cluster {
 
     /// Waits until every section of every set is assigned, settled and answering `current`.
     pub async fn wait_serving(&self, client: &SeqClient) {
+        self.try_wait_serving(client).await.expect("the cluster serves");
+    }
+
+    /// Like [`Cluster::wait_serving`], but an error instead of a panic after `WAIT_MAX` (for
+    /// `seqcheck` runs, where "could not run" must be told apart from "violation").
+    pub async fn try_wait_serving(&self, client: &SeqClient) -> anyhow::Result<()> {
         for set in &self.config.sets {
             let store = self.store_client_of(set.id);
             let sections = set.sections(self.config.section_size);
-            wait_for(&format!("set {} to assign and settle all sections", set.id), || async {
+            let what = format!("set {} to assign and settle all sections", set.id);
+            wait_until(&what, WAIT_MAX, || async {
                 let leases = store
                     .admin(Duration::from_secs(2), |mut c, _| async move {
                         c.leases(pb::LeasesRequest {}).await
@@ -584,11 +591,15 @@ impl Cluster {
                     .sum();
                 (covered == sections.len()).then_some(())
             })
-            .await;
+            .await?;
             for uid in [set.uid_begin, set.uid_end - 1] {
-                client.current(uid, WAIT_MAX).await.expect("current once serving");
+                client
+                    .current(uid, WAIT_MAX)
+                    .await
+                    .map_err(|s| anyhow::anyhow!("current({uid}) once serving: {s}"))?;
             }
         }
+        Ok(())
     }
 
     // ---- set 0 shorthands, for the store-only tests ----

@@ -550,37 +550,7 @@ async fn heal(cluster: &mut Cluster, ctx: &Ctx<'_>) -> anyhow::Result<()> {
 
 /// Like [`Cluster::wait_serving`], but an error instead of a panic when it takes too long.
 async fn serving(cluster: &Cluster, client: &SeqClient) -> anyhow::Result<()> {
-    for set in &cluster.config.sets {
-        let store = cluster.store_client_of(set.id);
-        let sections = set.sections(cluster.config.section_size);
-        wait_until(
-            &format!("set {} to assign and settle all sections", set.id),
-            WAIT_MAX,
-            || async {
-                let leases = store
-                    .admin(Duration::from_secs(2), |mut c, _| async move {
-                        c.leases(pb::LeasesRequest {}).await
-                    })
-                    .await
-                    .ok()?;
-                let covered: u64 = leases
-                    .runs
-                    .iter()
-                    .filter(|r| r.settled)
-                    .map(|r| r.section_end - r.section_begin)
-                    .sum();
-                (covered == sections.len()).then_some(())
-            },
-        )
-        .await?;
-        for uid in [set.uid_begin, set.uid_end - 1] {
-            client
-                .current(uid, WAIT_MAX)
-                .await
-                .map_err(|s| anyhow::anyhow!("current({uid}) once serving: {s}"))?;
-        }
-    }
-    Ok(())
+    cluster.try_wait_serving(client).await
 }
 
 fn seeds(cluster: &Cluster) -> Vec<String> {
