@@ -646,7 +646,7 @@ impl Driver {
                     }
                     let log = &self.node.raft.raft_log;
                     let (last_index, committed) = (log.last_index(), log.committed);
-                    if clamp_heartbeat_commit(&mut m, last_index, committed) {
+                    if clamp_heartbeat_commit(&mut m, last_index, committed, blocked) {
                         tracing::warn!(
                             from = m.from,
                             last_index,
@@ -1607,13 +1607,28 @@ fn v1_to_v2(cc: ConfChange) -> ConfChangeV2 {
 /// data (a replaced disk, a member re-started empty). raft-rs aborts the process on it
 /// (`commit_to` out of range), and a forged message could do the same. Keep our own commit
 /// index instead (committing entries we hold past it could commit a stale tail); the appends
-/// that follow find the gap and a snapshot or entries fill it. True if it clamped.
-fn clamp_heartbeat_commit(m: &mut Message, last_index: u64, committed: u64) -> bool {
-    if m.get_msg_type() != MessageType::MsgHeartbeat || m.commit <= last_index {
+/// that follow find the gap and a snapshot or entries fill it.
+///
+/// A vote-blocked member never takes its commit index from a heartbeat at all: after its data
+/// loss it may have accepted entries from a deposed leader, and the current leader's progress
+/// for it (and so the heartbeat's commit) may still date from before the loss, so a commit
+/// within its log could commit entries no majority holds. Appends move its commit instead: they
+/// commit only entries whose match with the leader's log raft-rs has just checked.
+/// True if the commit index was past the log.
+fn clamp_heartbeat_commit(
+    m: &mut Message,
+    last_index: u64,
+    committed: u64,
+    vote_blocked: bool,
+) -> bool {
+    if m.get_msg_type() != MessageType::MsgHeartbeat {
         return false;
     }
-    m.commit = committed;
-    true
+    let past_log = m.commit > last_index;
+    if past_log || vote_blocked {
+        m.commit = m.commit.min(committed);
+    }
+    past_log
 }
 
 /// See `Driver::only_bootstrapped_and_behind`.
@@ -1694,13 +1709,19 @@ mod tests {
         let mut node = follower();
         let mut m = heartbeat(10);
         let log = &node.raft.raft_log;
-        assert!(clamp_heartbeat_commit(&mut m, log.last_index(), log.committed));
+        assert!(clamp_heartbeat_commit(&mut m, log.last_index(), log.committed, false));
         assert_eq!(m.commit, 0);
         node.step(m).expect("stepped");
         assert_eq!(node.raft.raft_log.committed, 0);
         assert_eq!(node.raft.leader_id, 1, "the heartbeat still tells who leads");
         // Within the log: untouched.
         let mut m = heartbeat(0);
-        assert!(!clamp_heartbeat_commit(&mut m, 0, 0));
+        assert!(!clamp_heartbeat_commit(&mut m, 0, 0, false));
+        let mut m = heartbeat(3);
+        assert!(!clamp_heartbeat_commit(&mut m, 5, 1, false));
+        assert_eq!(m.commit, 3, "a member that may vote takes the leader's commit");
+        // A vote-blocked member takes no commit index from a heartbeat, even within its log.
+        assert!(!clamp_heartbeat_commit(&mut m, 5, 1, true));
+        assert_eq!(m.commit, 1);
     }
 }
