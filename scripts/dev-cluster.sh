@@ -3,6 +3,9 @@
 #   scripts/dev-cluster.sh up      build, start, wait until it serves, print how to talk to it
 #   scripts/dev-cluster.sh down    stop exactly the processes `up` started (by PID)
 #   scripts/dev-cluster.sh status  seqctl status
+#   scripts/dev-cluster.sh restart NAME   rolling restart of one process (e.g. alloc-0-1,
+#                                  store-1-2): SIGTERM (it hands its sections or leadership
+#                                  over), start it again, wait until its health is SERVING
 #   scripts/dev-cluster.sh wipe    down, then delete data/local
 # Data, logs, PID files and the cluster config it used live under data/local/.
 set -euo pipefail
@@ -52,12 +55,7 @@ up() {
       echo ">> $name already running (pid $(cat "$(pid_file "$name")"))"
       continue
     fi
-    local extra=()
-    [[ $name == store-* ]] && extra=(--initial-cluster-state "$state")
-    # shellcheck disable=SC2086
-    nohup "$SEQSVR_BIN"/${PROCS[$name]} "${extra[@]}" >>"$LOCAL/logs/$name.log" 2>&1 </dev/null &
-    echo $! >"$(pid_file "$name")"
-    echo ">> started $name (pid $!), log: data/local/logs/$name.log"
+    start_one "$name" "$state"
   done
   echo ">> waiting until both sets serve (a new store leader first waits one lease)"
   for _ in $(seq 1 600); do
@@ -93,17 +91,34 @@ MSG
   exit 1
 }
 
+# start_one NAME STATE: starts one process of PROCS in the background (STATE: the stores'
+# --initial-cluster-state).
+start_one() {
+  local name=$1 state=$2 extra=()
+  [[ $name == store-* ]] && extra=(--initial-cluster-state "$state")
+  # shellcheck disable=SC2086
+  nohup "$SEQSVR_BIN"/${PROCS[$name]} "${extra[@]}" >>"$LOCAL/logs/$name.log" 2>&1 </dev/null &
+  echo $! >"$(pid_file "$name")"
+  echo ">> started $name (pid $!), log: data/local/logs/$name.log"
+}
+
+# stop_one PIDFILE: SIGTERM (a graceful hand-over), up to 10 s, then SIGKILL.
+stop_one() {
+  local f=$1 pid
+  pid=$(cat "$f")
+  kill -TERM "$pid"
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
+  echo ">> stopped $(basename "$f" .pid) (pid $pid)"
+  rm -f "$f"
+}
+
 down() {
   local any=0
   for f in "$LOCAL"/pids/*.pid; do
     [ -e "$f" ] || continue
     if ours_running "$f"; then
-      local pid
-      pid=$(cat "$f")
-      kill -TERM "$pid"
-      for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-      kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
-      echo ">> stopped $(basename "$f" .pid) (pid $pid)"
+      stop_one "$f"
       any=1
     fi
     rm -f "$f"
@@ -111,10 +126,49 @@ down() {
   [ $any -eq 1 ] || echo ">> nothing running"
 }
 
+# The gRPC address of a process name: store-S-I → 127.0.0.1:71SI, alloc-S-I → 127.0.0.1:72SI.
+addr_of() {
+  local kind set i
+  IFS=- read -r kind set i <<<"$1"
+  case $kind in
+    store) echo "127.0.0.1:71$set$i" ;;
+    alloc) echo "127.0.0.1:72$set$i" ;;
+  esac
+}
+
+restart() {
+  local name=${1:-}
+  if [ -z "$name" ] || [ -z "${PROCS[$name]:-}" ]; then
+    echo "usage: $0 restart NAME (one of: $(echo $NAMES))" >&2
+    exit 2
+  fi
+  local f
+  f=$(pid_file "$name")
+  if ours_running "$f"; then stop_one "$f"; else echo ">> $name was not running"; fi
+  start_one "$name" existing
+  local addr
+  addr=$(addr_of "$name")
+  for _ in $(seq 1 300); do
+    if "$SEQSVR_BIN/seqctl" health "$addr" >/dev/null 2>&1; then
+      echo ">> $name serves again ($addr)"
+      return 0
+    fi
+    if ! ours_running "$f"; then
+      echo "error: $name exited; last lines of its log:" >&2
+      tail -n 20 "$LOCAL/logs/$name.log" >&2
+      exit 1
+    fi
+    sleep 0.1
+  done
+  echo "error: $name is not SERVING 30 s after its start; see data/local/logs/$name.log" >&2
+  exit 1
+}
+
 case "${1:-}" in
   up) up ;;
   down) down ;;
   status) seqctl status ;;
+  restart) restart "${2:-}" ;;
   wipe) down; rm -rf "$LOCAL"; echo ">> removed data/local" ;;
-  *) echo "usage: $0 up|down|status|wipe" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|restart NAME|wipe" >&2; exit 2 ;;
 esac

@@ -15,6 +15,8 @@ echo ">> cargo clippy (release profile, shares the build)"
 cargo clippy --release --workspace --all-targets -- -D warnings
 echo ">> cargo test --release"
 cargo test --release --workspace
+echo ">> short mutation run (docs/reliability/mutants.md): every survivor must be explained"
+scripts/mutants.sh
 
 out=$(mktemp -d -t seqsvr-nemesis-XXXXXX)
 echo ">> short nemesis run (every fault kind; history in $out/main)"
@@ -23,7 +25,8 @@ echo ">> short nemesis run (every fault kind; history in $out/main)"
 # Teeth: deliberately broken builds must be caught. (The normal build passing
 # `seqcheck lost-disk` is cluster test t90.)
 build_teeth_bins no-lease-wait no-fencing bootstrap-empty-voter no-alloc-lease-check \
-  no-quorum-check no-readindex-before-grant no-control-persist
+  no-quorum-check no-readindex-before-grant no-control-persist release-before-stop \
+  lease-on-wall-clock lease-from-receive-time
 # A teeth build must make a seqcheck run report a violation (exit 1); anything else, a pass
 # (0) or a run that could not be carried out (2), fails the suite.
 expect_caught() { # teeth-name, then the seqcheck command line
@@ -52,6 +55,17 @@ expect_caught bootstrap-empty-voter lost-disk
 # cut off from the store or paused, after its sections moved on.
 expect_caught no-alloc-lease-check nemesis --seconds 30 --seed 1 --step 100000 \
   --faults partition-alloc,pause-alloc --out "$out/teeth-no-alloc-lease-check"
+# An AllocSvr whose lease runs on the wall clock: clock-jump sets its clock back 2 h while it
+# is cut off, and it still serves after another AllocSvr took its section over.
+expect_caught lease-on-wall-clock nemesis --seconds 10 --seed 1 --sets 1 --faults clock-jump \
+  --out "$out/teeth-lease-on-wall-clock"
+# A lease measured from the heartbeat answer's arrival outlasts the store's wait once an answer
+# takes longer than 2 × margin, and the AllocSvr takes an answer only within its heartbeat
+# attempt timeout (heartbeat / members, 150 ms by default): so this run uses a long heartbeat
+# and a short margin, and delay-alloc-replies holds the answers for most of that timeout.
+expect_caught lease-from-receive-time nemesis --seconds 10 --seed 1 --sets 1 \
+  --faults delay-alloc-replies --lease-ms 9000 --lease-margin-ms 50 --heartbeat-ms 4450 \
+  --out "$out/teeth-lease-from-receive-time"
 # Teeth that no nemesis fault reaches have a targeted cluster test (tests/tests/t95_teeth_*.rs)
 # that the normal build passed in `cargo test` above and the teeth build must fail, saying why.
 expect_test_caught() { # teeth-name, test target, text its failure must contain
@@ -71,4 +85,7 @@ expect_test_caught() { # teeth-name, test target, text its failure must contain
 expect_test_caught no-quorum-check t95_teeth_no_quorum "never answered 'no quorum'"
 expect_test_caught no-readindex-before-grant t95_teeth_readindex_grant "I1/I3 violated"
 expect_test_caught no-control-persist t95_teeth_control_persist "control state not persisted?"
+# SIGTERM hand-back: an AllocSvr that releases its sections before it stops serving overlaps
+# with the AllocSvr the store gives them to at once.
+expect_test_caught release-before-stop t95_teeth_release_before_stop "I1/I3 violated"
 echo ">> nemesis and teeth checks passed (histories in $out)"

@@ -2,7 +2,7 @@
 //! `seqsvr-check` (shared with the nemesis runner) and check invariants from outside.
 
 pub use seqsvr_check::cluster::*;
-pub use seqsvr_check::{history, lost_disk};
+pub use seqsvr_check::{history, lost_disk, observe};
 
 use history::{Operation, Outcome};
 use seqsvr_client::seq::SeqClient;
@@ -100,4 +100,18 @@ impl RecordedLoad {
         }
         std::mem::take(&mut *self.ops.lock().unwrap_or_else(|e| e.into_inner()))
     }
+}
+
+/// Checks `history` with the I1 checker: it must hold successful calls and no violation (the
+/// failure message starts with "I1/I3 violated", which the teeth runs of `scripts/test.sh` look
+/// for).
+pub fn assert_no_violation(history: &[Operation]) {
+    let report = history::check(history);
+    assert!(report.n_ok > 0, "no successful call in the history");
+    assert!(
+        report.is_valid(),
+        "I1/I3 violated: {} violations, first: {:?}",
+        report.violations.len(),
+        &report.violations[..report.violations.len().min(3)]
+    );
 }

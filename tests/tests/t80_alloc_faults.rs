@@ -4,7 +4,7 @@
 //! stale-epoch advance (fencing), kill -9 of the store leader, a whole set down.
 
 use seqsvr_client::seq::SeqClient;
-use seqsvr_cluster_tests::history::{check, Operation, Outcome};
+use seqsvr_cluster_tests::history::{Operation, Outcome};
 use seqsvr_cluster_tests::{wait_for, Cluster, ClusterOptions, ProcKey, WAIT_MAX};
 use seqsvr_core::ids::{AllocId, SectionId, SetId};
 use seqsvr_core::store::SectionAdvance;
@@ -88,17 +88,6 @@ async fn wait_progress(load: &Load, n: usize, what: &str) {
     wait_for(what, || async { (load.count() >= target).then_some(()) }).await;
 }
 
-async fn leases(cluster: &Cluster, set: SetId) -> Option<pb::LeasesResponse> {
-    cluster
-        .store_client_of(set)
-        .admin(
-            Duration::from_secs(2),
-            |mut c, _| async move { c.leases(pb::LeasesRequest {}).await },
-        )
-        .await
-        .ok()
-}
-
 fn uids_over_sections(cluster: &Cluster, set: usize, n: u64) -> Vec<u64> {
     let s = &cluster.config.sets[set];
     let stride = (s.uid_end - s.uid_begin) / n;
@@ -106,14 +95,7 @@ fn uids_over_sections(cluster: &Cluster, set: usize, n: u64) -> Vec<u64> {
 }
 
 fn assert_no_violations(ops: &[Operation]) {
-    let report = check(ops);
-    assert!(report.n_ok > 0, "no successful call was recorded");
-    assert!(
-        report.is_valid(),
-        "{} violations, first: {:?}",
-        report.violations.len(),
-        &report.violations[..report.violations.len().min(3)]
-    );
+    seqsvr_cluster_tests::assert_no_violation(ops);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -128,7 +110,7 @@ async fn kill9_alloc_under_load_hands_its_sections_over_without_regression() {
     cluster.kill9_proc(ProcKey::Alloc(SetId(0), 0));
     // Every uid is served again (by the survivor) once the dead lease has run out.
     wait_for("the survivor to own every section", || async {
-        let l = leases(&cluster, SetId(0)).await?;
+        let l = cluster.leases(SetId(0)).await.ok()?;
         let live: Vec<u64> =
             l.allocs.iter().filter(|a| !a.expired && !a.replaced).map(|a| a.alloc_id).collect();
         (live.len() == 1 && l.runs.iter().all(|r| r.settled && r.alloc_id == live[0])).then_some(())
@@ -152,12 +134,12 @@ async fn sigstop_past_the_lease_serves_nothing_stale_after_sigcont() {
 
     let paused = ProcKey::Alloc(SetId(0), 0);
     let paused_addr = cluster.proc(paused).addr.clone();
-    let before = leases(&cluster, SetId(0)).await.expect("leases");
+    let before = cluster.leases(SetId(0)).await.expect("leases");
     let paused_id =
         before.allocs.iter().find(|a| a.addr == paused_addr).expect("registered").alloc_id;
     cluster.pause(paused, true);
     wait_for("the paused AllocSvr to expire and lose its sections", || async {
-        let l = leases(&cluster, SetId(0)).await?;
+        let l = cluster.leases(SetId(0)).await.ok()?;
         let gone = l.allocs.iter().all(|a| a.alloc_id != paused_id || a.expired);
         (gone && l.runs.iter().all(|r| r.settled && r.alloc_id != paused_id)).then_some(())
     })
@@ -192,7 +174,7 @@ async fn advance_with_a_stale_epoch_or_by_a_non_owner_is_rejected() {
     let client = cluster.seq_client().await;
     cluster.wait_serving(&client).await;
     let store = cluster.store_client();
-    let l = leases(&cluster, SetId(0)).await.expect("leases");
+    let l = cluster.leases(SetId(0)).await.expect("leases");
     let run = l.runs[0];
     let section = SectionId(run.section_begin);
     let other = l.allocs.iter().find(|a| a.alloc_id != run.alloc_id).expect("two allocs").alloc_id;

@@ -33,6 +33,10 @@ pub struct Args {
     /// Override `alloc.request_timeout_ms`.
     #[arg(long, env = "SEQSVR_REQUEST_TIMEOUT_MS")]
     pub request_timeout_ms: Option<u64>,
+    /// Where to serve Prometheus metrics (`GET /metrics`): `auto` (the listen address with its
+    /// port + 10000), `off`, or HOST:PORT.
+    #[arg(long, env = "SEQSVR_METRICS_ADDR", default_value = "auto")]
+    pub metrics_addr: String,
     /// Log format: `text` or `json`. Filter with RUST_LOG (default `info`).
     #[arg(long, env = "SEQSVR_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
@@ -43,6 +47,8 @@ pub struct AllocConfig {
     pub set_id: SetId,
     pub addr: String,
     pub listen: SocketAddr,
+    /// Where `/metrics` is served; None: not at all.
+    pub metrics: Option<SocketAddr>,
     pub uid_begin: u64,
     pub uid_end: u64,
     pub section_size: u64,
@@ -77,10 +83,12 @@ impl AllocConfig {
             bail!("--addr {:?} is not host:port", args.addr)
         };
         let listen = args.listen.unwrap_or(default);
+        let metrics = seqsvr_server::metrics::metrics_addr(&args.metrics_addr, listen)?;
         Ok(AllocConfig {
             set_id,
             addr: args.addr.clone(),
             listen,
+            metrics,
             uid_begin: set.uid_begin,
             uid_end: set.uid_end,
             section_size: cluster.section_size,

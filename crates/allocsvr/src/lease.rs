@@ -35,6 +35,8 @@ pub struct Inner {
     pub alloc_id: Option<AllocId>,
     /// The newest route table this AllocSvr has seen (versions only go up).
     pub route: pb::RouteTable,
+    /// Shutting down: serves nothing more, ever (set before its sections are released).
+    pub stopping: bool,
 }
 
 /// Milliseconds since boot, rounded down: a lease measured from it starts no later than the
@@ -109,6 +111,14 @@ pub struct Shared {
     /// Woken when the store refused an advance: a heartbeat will tell what we still own.
     pub wake_heartbeat: Notify,
     pub store: StoreClient,
+    pub metrics: crate::metrics::AllocMetrics,
+    /// Numbers the calls that bring no `x-request-id` of their own.
+    pub next_request_id: std::sync::atomic::AtomicU64,
+    /// Tells this process's request ids from another's.
+    pub request_id_prefix: u32,
+    /// The id of the first call that waited for an advance since the last one was sent: the
+    /// advancer passes it to the store, so one slow call can be followed across both logs.
+    advance_cause: Mutex<Option<String>>,
 }
 
 impl Shared {
@@ -129,12 +139,39 @@ impl Shared {
         let store = StoreClient::new(&config.stores)?;
         Ok(Arc::new(Shared {
             config,
-            inner: Mutex::new(Inner { table, lease_until: None, alloc_id: None, route }),
+            inner: Mutex::new(Inner {
+                table,
+                lease_until: None,
+                alloc_id: None,
+                route,
+                stopping: false,
+            }),
             changed: Notify::new(),
             wake_advancer: Notify::new(),
             wake_heartbeat: Notify::new(),
             store,
+            metrics: crate::metrics::AllocMetrics::new(),
+            next_request_id: std::sync::atomic::AtomicU64::new(1),
+            request_id_prefix: {
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.subsec_nanos());
+                std::process::id().rotate_left(16) ^ nanos
+            },
+            advance_cause: Mutex::new(None),
         }))
+    }
+
+    /// Remembers `request_id` as the cause of the next advance, unless one is noted already.
+    pub fn note_advance_cause(&self, request_id: &dyn std::fmt::Display) {
+        let mut cause = self.advance_cause.lock().unwrap_or_else(|e| e.into_inner());
+        if cause.is_none() {
+            *cause = Some(request_id.to_string());
+        }
+    }
+
+    fn take_advance_cause(&self) -> Option<String> {
+        self.advance_cause.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     pub fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -180,6 +217,7 @@ pub async fn lease_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         match shared.store.heartbeat(alloc, route_version, heartbeat).await {
             Ok(reply) => {
                 let received_boot = BootInstant::now();
+                shared.metrics.heartbeats_ok.increment(1);
                 if last_error.take().is_some() {
                     tracing::info!(alloc = %alloc, "lease renewed again");
                 }
@@ -198,6 +236,7 @@ pub async fn lease_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 continue;
             }
             Err(status) => {
+                shared.metrics.heartbeats_failed.increment(1);
                 note_error(
                     &mut last_error,
                     "heartbeat failed; the lease runs out on its own",
@@ -243,6 +282,9 @@ fn install_grant(
         .collect();
     let to_load = {
         let mut inner = shared.lock();
+        if inner.stopping {
+            return; // shutting down: a grant that arrives now brings nothing back
+        }
         inner.extend_lease(until);
         if let Some(table) = reply.route_table {
             inner.install_route(table);
@@ -297,7 +339,12 @@ pub async fn advancer(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             }
             continue;
         };
-        let result = shared.store.advance_as(Some(alloc), &batch, wait).await.and_then(|values| {
+        let sent = Instant::now();
+        let cause = shared.take_advance_cause();
+        let request_id = cause.as_deref().unwrap_or("-");
+        tracing::debug!(alloc = %alloc, n_sections = batch.len(), request_id, "advance sent");
+        let advance = shared.store.advance_traced(Some(alloc), &batch, wait, cause.as_deref());
+        let result = advance.await.and_then(|values| {
             // Checked in every build: committing one section's value to another would serve
             // values above what the store committed for it (I2). A reply that does not pair up
             // is a store bug; it is treated as "not committed", never trusted in part (a panic
@@ -311,6 +358,11 @@ pub async fn advancer(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 Err(tonic::Status::internal("advance answer does not pair with the request"))
             }
         });
+        shared.metrics.advance(
+            batch.len(),
+            sent.elapsed(),
+            result.as_ref().map(|_| ()).map_err(|s| s.code()),
+        );
         match result {
             Ok(values) => {
                 let mut inner = shared.lock();
@@ -323,8 +375,8 @@ pub async fn advancer(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             }
             Err(status) => {
                 let fenced = status.code() == Code::FailedPrecondition;
-                tracing::warn!(alloc = %alloc, n_sections = batch.len(), fenced, error = %status.message(),
-                    "advance not committed");
+                tracing::warn!(alloc = %alloc, n_sections = batch.len(), fenced, request_id,
+                    error = %status.message(), "advance not committed");
                 {
                     let mut inner = shared.lock();
                     for a in &batch {
@@ -341,6 +393,50 @@ pub async fn advancer(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             }
         }
     }
+}
+
+/// SIGTERM: stop serving for good, then hand the sections back so the store moves them at once
+/// instead of after the lease runs out. The order is the safety argument: once `stopping` is
+/// set under the lock no value is handed out again (every value is handed out under that
+/// lock), and only then does the store learn it may give the sections to someone else
+/// (`ReleaseAlloc`; arbiter.rs moves a released AllocSvr's settled runs without a wait). The
+/// lease loop is stopped before, so no late grant can bring a section back. If the release
+/// does not commit in time, the sections move when the lease runs out, as after a crash.
+pub async fn hand_back(shared: &Arc<Shared>, within: Duration) {
+    let release = || async {
+        let alloc = shared.lock().alloc_id;
+        let Some(alloc) = alloc else { return };
+        match shared.store.release(alloc, within).await {
+            Ok(()) => tracing::info!(alloc = %alloc, "sections handed back to the store"),
+            Err(status) if matches!(status.code(), Code::NotFound | Code::FailedPrecondition) => {
+                tracing::info!(alloc = %alloc, reason = %status.message(),
+                    "registration already gone: nothing to hand back")
+            }
+            Err(status) => tracing::warn!(alloc = %alloc, error = %status.message(),
+                "handing sections back failed: they move when this AllocSvr's lease runs out"),
+        }
+    };
+    let stop_serving = || {
+        let mut inner = shared.lock();
+        inner.stopping = true;
+        inner.lease_until = None;
+        let held = inner.table.usage();
+        inner.table.grant(&[]);
+        drop(inner);
+        shared.changed.notify_waiters();
+        tracing::info!(
+            sections = held.sections_ready + held.sections_loading,
+            "stopped serving: every call is refused from now on"
+        );
+    };
+    if seqsvr_core::teeth::RELEASE_BEFORE_STOP {
+        release().await;
+        tokio::time::sleep(Duration::from_millis(shared.config.tuning.lease_ms / 2)).await;
+        stop_serving();
+        return;
+    }
+    stop_serving();
+    release().await;
 }
 
 /// Whether the store's answer to an advance names exactly the sections asked, in order.
@@ -372,7 +468,7 @@ mod tests {
         let table =
             AllocTable::new(TableConfig { section_size: 10, step: 10, prefetch_remaining: 9 });
         let route = pb::RouteTable { set_id: 1, version: 3, ..Default::default() };
-        Inner { table, lease_until: None, alloc_id: Some(AllocId(1)), route }
+        Inner { table, lease_until: None, alloc_id: Some(AllocId(1)), route, stopping: false }
     }
 
     fn at(ms: u64) -> BootInstant {
@@ -440,5 +536,69 @@ mod tests {
         assert!(!pairs_with(&batch, &[(SectionId(2), 100), (SectionId(1), 120)]), "order");
         assert!(!pairs_with(&batch, &[(SectionId(1), 100)]), "too few");
         assert!(!pairs_with(&batch, &[(SectionId(1), 1), (SectionId(2), 1), (SectionId(3), 1)]));
+    }
+
+    // Tests written for survivors of the mutation run (docs/reliability/mutants.md).
+
+    fn shared() -> Arc<Shared> {
+        Shared::new(crate::config::AllocConfig {
+            set_id: seqsvr_core::ids::SetId(1),
+            addr: "127.0.0.1:1".into(),
+            listen: "127.0.0.1:1".parse().unwrap(),
+            metrics: None,
+            uid_begin: 0,
+            uid_end: 100,
+            section_size: 10,
+            stores: vec![(seqsvr_core::ids::NodeId(1), "127.0.0.1:1".into())],
+            tuning: seqsvr_core::config::AllocTuning::default(),
+            max_batch_sections: 100,
+        })
+        .unwrap()
+    }
+
+    /// A section is routed here when an entry naming this AllocSvr covers it (`[begin, end)`),
+    /// and nothing is routed to an AllocSvr that is not registered.
+    #[test]
+    fn routed_here_means_an_entry_of_this_alloc_covers_the_section() {
+        let mut inner = inner();
+        let entry = |section_begin, section_end, alloc_id| pb::RouteEntry {
+            section_begin,
+            section_end,
+            alloc_id,
+            addr: String::new(),
+        };
+        inner.route.entries = vec![entry(0, 2, 2), entry(2, 4, 1), entry(4, 5, 2)];
+        let here: Vec<bool> =
+            (0..6).map(|s| inner.routed_here(SectionId(s), Some(AllocId(1)))).collect();
+        assert_eq!(here, [false, false, true, true, false, false]);
+        assert!(!inner.routed_here(SectionId(2), None), "not registered: nothing routed here");
+    }
+
+    /// A heartbeat's answer: the lease runs from the heartbeat's send time for `lease -
+    /// margin`, the newer route table is kept, and the granted runs are installed (loading,
+    /// not yet served) at their epochs.
+    #[tokio::test]
+    async fn a_grant_installs_the_lease_the_route_table_and_the_sections() {
+        use seqsvr_core::alloc::SeqError;
+        let shared = shared();
+        let run = |section_begin, section_end, lease_epoch| pb::GrantedRun {
+            section_begin,
+            section_end,
+            lease_epoch,
+        };
+        let reply = pb::HeartbeatResponse {
+            lease_ms: 5_000,
+            lease_margin_ms: 500,
+            runs: vec![run(1, 3, 4)],
+            route_table: Some(pb::RouteTable { set_id: 1, version: 9, ..Default::default() }),
+        };
+        install_grant(&shared, AllocId(1), at(100_000), at(100_800), reply);
+        let mut inner = shared.lock();
+        let until = if seqsvr_core::teeth::LEASE_FROM_RECEIVE_TIME { 105_300 } else { 104_500 };
+        assert_eq!(inner.lease_until, Some(at(until)), "send time + lease - margin");
+        assert_eq!(inner.route.version, 9);
+        assert_eq!(inner.table.next(15), Err(SeqError::Loading(SectionId(1))));
+        assert_eq!(inner.table.next(25), Err(SeqError::Loading(SectionId(2))));
+        assert_eq!(inner.table.next(35), Err(SeqError::NotOwned(SectionId(3))));
     }
 }

@@ -6,10 +6,14 @@
 //! - [`config`]: flags + env + the cluster config file → [`config::AllocConfig`].
 //! - [`lease`]: shared state, the lease (register/heartbeat/load) loop and the advancer.
 //! - [`service`]: the public `SeqService`, the allocation path top to bottom.
+//! - [`metrics`]: the Prometheus series; [`observe`]: gauges and gRPC health (SERVING only
+//!   while the lease is valid), refreshed every 100 ms.
 //! - the allocation table itself is pure logic in `seqsvr_core::alloc`.
 
 pub mod config;
 pub mod lease;
+pub mod metrics;
+pub mod observe;
 pub mod service;
 
 use anyhow::Context;
@@ -18,40 +22,60 @@ use seqsvr_proto::v1::seq_service_server::SeqServiceServer;
 use std::future::Future;
 use tokio::sync::watch;
 
+/// The public service's full name, as health and reflection report it.
+pub const SEQ_SERVICE: &str =
+    <SeqServiceServer<service::SeqServer> as tonic::server::NamedService>::NAME;
+
 /// Runs an AllocSvr until `shutdown` resolves (SIGTERM in the binary).
 pub async fn run(config: AllocConfig, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let listen = config.listen;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
+    if let Some(addr) = config.metrics {
+        // Before anything registers a series: handles made earlier would record nothing.
+        seqsvr_server::metrics::install(addr, &[("set", config.set_id.0.to_string())])?;
+    }
     let shared = lease::Shared::new(config)?;
     tracing::info!(set = %shared.config.set_id, addr = %shared.config.addr, %listen,
         step = shared.config.tuning.step, "allocsvr starting");
 
     let (stop, stop_rx) = watch::channel(false);
+    let stop = std::sync::Arc::new(stop);
     let lease_task = tokio::spawn(lease::lease_loop(shared.clone(), stop_rx.clone()));
+    // Health and gauges stay live until the server is done (they report the shutdown).
+    let (stop_observe, stop_rx_observe) = watch::channel(false);
     let advancer_task = tokio::spawn(lease::advancer(shared.clone(), stop_rx));
 
-    let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<SeqServiceServer<service::SeqServer>>().await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(seqsvr_proto::v1::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
+    let services = [SEQ_SERVICE];
+    let (health, health_service) = seqsvr_server::grpc::Health::new(&services).await;
+    let observe_task = tokio::spawn(observe::observe(shared.clone(), health, stop_rx_observe));
+    let (reflection_v1, reflection_v1alpha) = seqsvr_server::grpc::reflection(&services)?;
     let result = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(health_service)
-        .add_service(reflection)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         .add_service(SeqServiceServer::new(service::SeqServer { shared: shared.clone() }))
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            async {
-                shutdown.await;
-                tracing::info!("shutting down");
+            {
+                let (shared, stop) = (shared.clone(), stop.clone());
+                async move {
+                    shutdown.await;
+                    tracing::info!("shutting down: handing sections back, then draining calls");
+                    let _ = stop.send(true);
+                    let within =
+                        std::time::Duration::from_millis(shared.config.tuning.request_timeout_ms);
+                    lease::hand_back(&shared, within).await;
+                }
             },
         )
         .await;
     let _ = stop.send(true);
     let _ = lease_task.await;
     let _ = advancer_task.await;
+    let _ = stop_observe.send(true);
+    let _ = observe_task.await;
     result.context("gRPC server failed")
 }

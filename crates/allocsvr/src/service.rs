@@ -5,6 +5,7 @@
 //! until something changes or the deadline passes. Errors become gRPC statuses in `to_status`.
 
 use crate::lease::{Inner, Shared};
+use crate::metrics::Rpc;
 use seqsvr_core::alloc::SeqError;
 use seqsvr_core::ids::SectionId;
 use seqsvr_proto::v1::{self as pb};
@@ -13,6 +14,23 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use tonic::{Request, Response, Status};
+use tracing::Instrument as _;
+
+/// A call's request id: the caller's `x-request-id`, or one of ours (`<process>-<n>`), shown
+/// in every log line about the call (at debug: nothing per call is logged above it).
+pub enum RequestId {
+    Given(String),
+    Ours { prefix: u32, n: u64 },
+}
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RequestId::Given(id) => f.write_str(id),
+            RequestId::Ours { prefix, n } => write!(f, "{prefix:08x}-{n}"),
+        }
+    }
+}
 
 #[derive(Clone)]
 pub struct SeqServer {
@@ -41,6 +59,16 @@ impl SeqServer {
         Ok(())
     }
 
+    fn request_id<T>(&self, request: &Request<T>) -> RequestId {
+        match seqsvr_proto::request_id_of(request.metadata()) {
+            Some(id) => RequestId::Given(id.to_string()),
+            None => RequestId::Ours {
+                prefix: self.shared.request_id_prefix,
+                n: self.shared.next_request_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            },
+        }
+    }
+
     fn deadline<T>(&self, request: &Request<T>) -> Instant {
         let ours = Duration::from_millis(self.shared.config.tuning.request_timeout_ms);
         let theirs = request
@@ -54,22 +82,26 @@ impl SeqServer {
 
     /// Runs `op` under the lock until it succeeds, fails for good, or the deadline passes. The
     /// common case answers on the first try and registers for no notification.
+    /// `waited` is set when the first look could not answer (for the metrics).
     async fn serve<T>(
         &self,
         deadline: Instant,
         route_version: u64,
+        waited: &mut bool,
+        request_id: &RequestId,
         op: impl Fn(&mut Inner) -> Result<T, SeqError>,
     ) -> Result<(T, Option<pb::RouteTable>), Status> {
-        if let Attempt::Done(result) = self.attempt(route_version, &op) {
+        if let Attempt::Done(result) = self.attempt(route_version, request_id, &op) {
             return result;
         }
+        *waited = true;
         loop {
             // Register interest before looking again, so a change between the look and the
             // wait cannot be missed.
             let changed = self.shared.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            let status = match self.attempt(route_version, &op) {
+            let status = match self.attempt(route_version, request_id, &op) {
                 Attempt::Done(result) => return result,
                 Attempt::Wait(status) => status,
             };
@@ -83,9 +115,16 @@ impl SeqServer {
     fn attempt<T>(
         &self,
         route_version: u64,
+        request_id: &RequestId,
         op: &impl Fn(&mut Inner) -> Result<T, SeqError>,
     ) -> Attempt<T> {
         let mut inner = self.shared.lock();
+        if inner.stopping {
+            return Attempt::Done(Err(Status::unavailable(
+                "this AllocSvr is shutting down and has handed its sections back: retry at the \
+                 AllocSvr the route table names (ask any AllocSvr for it)",
+            )));
+        }
         if !seqsvr_core::teeth::NO_ALLOC_LEASE_CHECK && !inner.lease_valid(BootInstant::now()) {
             return Attempt::Wait(Status::unavailable(
                 "this AllocSvr holds no valid lease (store unreachable, or its registration is \
@@ -125,6 +164,8 @@ impl SeqServer {
                 "section {section} is loading its max_seq from the store"
             ))),
             Err(SeqError::Exhausted(section)) => {
+                tracing::debug!(%section, "waits for an advance");
+                self.shared.note_advance_cause(request_id);
                 self.shared.wake_advancer.notify_one();
                 Attempt::Wait(Status::unavailable(format!(
                     "section {section} waits for the store to commit a higher max_seq (store \
@@ -136,6 +177,28 @@ impl SeqServer {
                 Attempt::Done(Err(Status::resource_exhausted(e.to_string())))
             }
         }
+    }
+}
+
+impl SeqServer {
+    /// Counts a finished call in the metrics: outcome, values handed out, latency, waiting.
+    fn observe<R>(
+        &self,
+        rpc: Rpc,
+        id: &RequestId,
+        started: std::time::Instant,
+        waited: bool,
+        result: &Result<Response<R>, Status>,
+        values: impl Fn(&R) -> usize,
+    ) {
+        let (code, n) = match result {
+            Ok(r) => (tonic::Code::Ok, values(r.get_ref())),
+            Err(status) => (status.code(), 0),
+        };
+        let took = started.elapsed();
+        self.shared.metrics.call(rpc, code, n, took, waited);
+        tracing::debug!(rpc = rpc.label(), request_id = %id, ?code, values = n, waited,
+            took_us = took.as_micros() as u64, "call answered");
     }
 }
 
@@ -172,40 +235,83 @@ impl pb::seq_service_server::SeqService for SeqServer {
         &self,
         request: Request<pb::NextRequest>,
     ) -> Result<Response<pb::NextResponse>, Status> {
-        let deadline = self.deadline(&request);
-        let r = request.into_inner();
-        self.check_uids(&[r.uid])?;
-        let (seq, route_table) =
-            self.serve(deadline, r.route_version, |inner| inner.table.next(r.uid)).await?;
-        Ok(Response::new(pb::NextResponse { seq, route_table }))
+        let started = std::time::Instant::now();
+        let mut waited = false;
+        let id = self.request_id(&request);
+        let span = tracing::debug_span!("call", rpc = "next", request_id = %id);
+        let result = async {
+            let deadline = self.deadline(&request);
+            let r = request.into_inner();
+            self.check_uids(&[r.uid])?;
+            let (seq, route_table) = self
+                .serve(deadline, r.route_version, &mut waited, &id, |inner| inner.table.next(r.uid))
+                .await?;
+            Ok(Response::new(pb::NextResponse { seq, route_table }))
+        }
+        .instrument(span)
+        .await;
+        self.observe(Rpc::Next, &id, started, waited, &result, |_| 1);
+        result
     }
 
     async fn next_batch(
         &self,
         request: Request<pb::NextBatchRequest>,
     ) -> Result<Response<pb::NextBatchResponse>, Status> {
-        let deadline = self.deadline(&request);
-        let r = request.into_inner();
-        self.check_uids(&r.uids)?;
-        let (seqs, route_table) = if r.independent {
-            self.serve(deadline, r.route_version, |inner| Ok(inner.table.next_each(&r.uids)))
+        let started = std::time::Instant::now();
+        let mut waited = false;
+        let id = self.request_id(&request);
+        let span = tracing::debug_span!("call", rpc = "next_batch", request_id = %id);
+        let result = async {
+            let deadline = self.deadline(&request);
+            let r = request.into_inner();
+            self.check_uids(&r.uids)?;
+            self.shared.metrics.batch(r.uids.len());
+            let (seqs, route_table) = if r.independent {
+                self.serve(deadline, r.route_version, &mut waited, &id, |inner| {
+                    Ok(inner.table.next_each(&r.uids))
+                })
                 .await?
-        } else {
-            self.serve(deadline, r.route_version, |inner| inner.table.next_batch(&r.uids)).await?
-        };
-        Ok(Response::new(pb::NextBatchResponse { seqs, route_table }))
+            } else {
+                self.serve(deadline, r.route_version, &mut waited, &id, |inner| {
+                    inner.table.next_batch(&r.uids)
+                })
+                .await?
+            };
+            Ok(Response::new(pb::NextBatchResponse { seqs, route_table }))
+        }
+        .instrument(span)
+        .await;
+        // `next_each` answers 0 for a uid it could not serve now.
+        self.observe(Rpc::NextBatch, &id, started, waited, &result, |r| {
+            r.seqs.iter().filter(|&&v| v != 0).count()
+        });
+        result
     }
 
     async fn current(
         &self,
         request: Request<pb::CurrentRequest>,
     ) -> Result<Response<pb::CurrentResponse>, Status> {
-        let deadline = self.deadline(&request);
-        let r = request.into_inner();
-        self.check_uids(&[r.uid])?;
-        let (seq, route_table) =
-            self.serve(deadline, r.route_version, |inner| inner.table.current(r.uid)).await?;
-        Ok(Response::new(pb::CurrentResponse { seq, route_table }))
+        let started = std::time::Instant::now();
+        let mut waited = false;
+        let id = self.request_id(&request);
+        let span = tracing::debug_span!("call", rpc = "current", request_id = %id);
+        let result = async {
+            let deadline = self.deadline(&request);
+            let r = request.into_inner();
+            self.check_uids(&[r.uid])?;
+            let (seq, route_table) = self
+                .serve(deadline, r.route_version, &mut waited, &id, |inner| {
+                    inner.table.current(r.uid)
+                })
+                .await?;
+            Ok(Response::new(pb::CurrentResponse { seq, route_table }))
+        }
+        .instrument(span)
+        .await;
+        self.observe(Rpc::Current, &id, started, waited, &result, |_| 0);
+        result
     }
 
     async fn get_route_table(
@@ -234,6 +340,7 @@ mod tests {
             set_id: SetId(1),
             addr: "127.0.0.1:1".into(),
             listen: "127.0.0.1:1".parse().unwrap(),
+            metrics: None,
             uid_begin: 0,
             uid_end: 100,
             section_size: 10,
@@ -277,6 +384,17 @@ mod tests {
     /// sent straight back here): the AllocSvr waits for its heartbeat instead, and asks for one
     /// at once. A client with an older or equal table gets NOT_OWNER with ours.
     #[tokio::test]
+    async fn a_shutting_down_alloc_serves_nothing_even_with_a_valid_lease() {
+        let s = server(1_000);
+        let current = || Request::new(pb::CurrentRequest { uid: 15, route_version: 3 });
+        assert_eq!(s.current(current()).await.expect("serves before").get_ref().seq, 1_000);
+        s.shared.lock().stopping = true;
+        let e = s.current(current()).await.expect_err("refused once stopping");
+        assert_eq!(e.code(), tonic::Code::Unavailable);
+        assert!(e.message().contains("shutting down"), "{}", e.message());
+    }
+
+    #[tokio::test]
     async fn not_owner_never_answers_a_client_with_an_older_table() {
         let s = server(0);
         let status = s.next(next(5, 4)).await.unwrap_err();
@@ -318,5 +436,96 @@ mod tests {
         assert_eq!(each.seqs, vec![0, 0]);
         assert!(started.elapsed() < Duration::from_millis(250), "no wait for the deadline");
         assert!(!s.shared.lock().table.has_wanted(), "nothing for the advancer to do");
+    }
+
+    // Tests written for survivors of the mutation run (docs/reliability/mutants.md).
+
+    /// `server(100)` with an advance of section 1 committed: `next(15)` serves 101.
+    fn serving() -> SeqServer {
+        let s = server(100);
+        {
+            let mut inner = s.shared.lock();
+            assert_eq!(inner.table.next(15), Err(SeqError::Exhausted(SectionId(1))));
+            let wanted = inner.table.take_wanted(10);
+            inner.table.advanced(SectionId(1), 1, Some(wanted[0].max_seq));
+        }
+        s
+    }
+
+    /// I3 at the AllocSvr: without a valid lease (lapsed, or revoked) it hands out nothing,
+    /// however ready its sections are, and answers UNAVAILABLE (retryable) at the deadline.
+    #[tokio::test]
+    async fn no_value_is_served_without_a_valid_lease() {
+        let s = serving();
+        assert_eq!(s.next(next(15, 3)).await.unwrap().get_ref().seq, 101, "serves with a lease");
+        if seqsvr_core::teeth::NO_ALLOC_LEASE_CHECK {
+            return;
+        }
+        let now = BootInstant::now().since_boot();
+        let lapsed = BootInstant::from_since_boot(now - Duration::from_millis(1));
+        for until in [Some(lapsed), None] {
+            s.shared.lock().lease_until = until;
+            let started = Instant::now();
+            let status = s.next(next(15, 3)).await.unwrap_err();
+            assert!(started.elapsed() >= Duration::from_millis(200), "waits for its deadline");
+            assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+            assert!(status.message().contains("no valid lease"), "{}", status.message());
+            let mut current = Request::new(pb::CurrentRequest { uid: 15, route_version: 3 });
+            current.set_timeout(Duration::from_millis(300));
+            let status = s.current(current).await.unwrap_err();
+            assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+            assert_eq!(s.shared.lock().table.current(15), Ok(101), "nothing handed out");
+        }
+    }
+
+    /// `GetRouteTable` answers the newest table this AllocSvr knows.
+    #[tokio::test]
+    async fn get_route_table_answers_ours() {
+        let s = serving();
+        let r = s.get_route_table(Request::new(pb::GetRouteTableRequest {})).await.unwrap();
+        let table = r.into_inner().route_table.expect("a table");
+        assert_eq!((table.version, table.entries.len()), (3, 2));
+    }
+
+    /// A reply carries our route table exactly when the client's is older.
+    #[tokio::test]
+    async fn a_reply_carries_the_route_table_only_to_a_client_with_an_older_one() {
+        let s = serving();
+        let r = s.next(next(15, 2)).await.unwrap().into_inner();
+        assert_eq!(r.route_table.map(|t| t.version), Some(3));
+        for version in [3, 4] {
+            let r = s.next(next(15, version)).await.unwrap().into_inner();
+            assert_eq!(r.route_table, None, "client at v{version}");
+        }
+    }
+
+    /// Bad input is INVALID_ARGUMENT: an empty batch, a batch over `max_batch_uids`, a uid
+    /// outside the set's `[uid_begin, uid_end)`; the limits themselves are accepted. NOT_OWNER
+    /// names the owner of the section from the route table, if any.
+    #[tokio::test]
+    async fn requests_outside_the_limits_are_invalid_arguments() {
+        use tonic::Code;
+        let s = serving();
+        let max = s.shared.config.tuning.max_batch_uids;
+        let batch = |uids: Vec<u64>| {
+            let mut r =
+                Request::new(pb::NextBatchRequest { uids, route_version: 3, independent: true });
+            r.set_timeout(Duration::from_millis(300));
+            r
+        };
+        assert_eq!(s.next_batch(batch(vec![])).await.unwrap_err().code(), Code::InvalidArgument);
+        let over = s.next_batch(batch(vec![15; max + 1])).await.unwrap_err();
+        assert_eq!(over.code(), Code::InvalidArgument, "{over:?}");
+        let at_max = s.next_batch(batch(vec![15; max])).await.unwrap().into_inner();
+        assert_eq!(at_max.seqs.len(), max);
+        assert_eq!(s.next(next(100, 3)).await.unwrap_err().code(), Code::InvalidArgument);
+        // uids 0 and 99 are the set's edges: valid, but their sections are not served here.
+        for (uid, owner) in
+            [(0, "alloc 2 at alloc-2:1"), (25, "not assigned"), (99, "not assigned")]
+        {
+            let status = s.next(next(uid, 3)).await.unwrap_err();
+            assert_eq!(status.code(), Code::FailedPrecondition, "uid {uid}: {status:?}");
+            assert!(status.message().contains(&format!("owner: {owner}")), "{}", status.message());
+        }
     }
 }

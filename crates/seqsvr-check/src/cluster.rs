@@ -1,8 +1,9 @@
 //! The cluster harness shared by the cluster tests and the nemesis runner: starts real
 //! `storesvr` and `allocsvr` processes on 127.0.0.1, each with its own ports and data dir, kills,
-//! pauses and restarts them by PID, cuts links through proxies, jumps wall clocks, and waits on
-//! conditions (never on fixed sleeps). Every process a [`Cluster`] started is killed when it is
-//! dropped, even if a test panics; a failed run's data and logs are kept and their tails printed.
+//! pauses and restarts them by PID, cuts and delays links through proxies, jumps wall clocks,
+//! and waits on conditions (never on fixed sleeps). Every process a [`Cluster`] started is
+//! killed when it is dropped, even if a test panics; a failed run's data and logs are kept and
+//! their tails printed.
 //!
 //! Store membership (`DESIGN.md` §8): the first start of each member of the cluster file passes
 //! `--initial-cluster-state new` (it bootstraps the set), every later start `existing`, so a
@@ -14,7 +15,7 @@
 //! Binaries are found in `SEQSVR_BIN_DIR`, else next to the running executable
 //! (`target/<profile>/`); `scripts/test.sh` builds them first.
 
-use crate::proxy::Proxy;
+use crate::proxy::{Delay, Proxy};
 use seqsvr_client::seq::SeqClient;
 use seqsvr_client::store::{member_status, StoreClient};
 use seqsvr_core::config::{AllocTuning, ClusterConfig, MemberConfig, SetConfig, StoreTuning};
@@ -163,6 +164,8 @@ pub enum ProcKey {
 pub struct Proc {
     pub key: ProcKey,
     pub addr: String,
+    /// Where the process serves Prometheus metrics (`http://{metrics_addr}/metrics`).
+    pub metrics_addr: String,
     pub data_dir: PathBuf,
     pub log: PathBuf,
     /// The cluster config this process reads (its own when proxied: peers via proxies).
@@ -215,6 +218,7 @@ impl Cluster {
                 procs.push(Proc {
                     key: ProcKey::Store(set_id, m.id),
                     addr: m.addr.clone(),
+                    metrics_addr: format!("127.0.0.1:{}", free_port()),
                     data_dir: dir.path().join(&name),
                     log: dir.path().join(format!("{name}.log")),
                     config_path: dir.path().join(format!("{name}.toml")),
@@ -230,6 +234,7 @@ impl Cluster {
                 procs.push(Proc {
                     key: ProcKey::Alloc(set_id, i),
                     addr: addr.clone(),
+                    metrics_addr: format!("127.0.0.1:{}", free_port()),
                     data_dir: dir.path().join(&name),
                     log: dir.path().join(format!("{name}.log")),
                     config_path: dir.path().join(format!("{name}.toml")),
@@ -315,7 +320,11 @@ impl Cluster {
                 c
             }
         };
-        cmd.arg("--config").arg(&p.config_path).env("RUST_LOG", "info").stdin(Stdio::null());
+        cmd.arg("--config")
+            .arg(&p.config_path)
+            .args(["--metrics-addr", &p.metrics_addr])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null());
         if std::env::var_os("SEQSVR_BIN_DIR").is_some() {
             // Binaries picked on purpose (e.g. teeth builds for the checker's own tests).
             cmd.env("SEQSVR_TEETH_BUILD_OK", "1");
@@ -347,10 +356,22 @@ impl Cluster {
         }
     }
 
-    /// Heals every cut link.
+    /// Delays every proxied link `key` dials (an AllocSvr's links to its store members, a
+    /// member's to its peers): `forward` its requests, `back` the answers. [`Delay::default`]
+    /// (or [`Cluster::heal_all_links`]) undoes it.
+    pub fn delay_links_from(&self, key: ProcKey, delay: Delay) {
+        for ((from, _), proxy) in &self.links {
+            if *from == key {
+                proxy.set_delay(delay);
+            }
+        }
+    }
+
+    /// Heals every cut link and removes every delay.
     pub fn heal_all_links(&self) {
         for proxy in self.links.values() {
             proxy.set_cut(false);
+            proxy.set_delay(Delay::default());
         }
     }
 
@@ -410,6 +431,7 @@ impl Cluster {
         let p = Proc {
             key: ProcKey::Store(set, id),
             addr: format!("127.0.0.1:{}", free_port()),
+            metrics_addr: format!("127.0.0.1:{}", free_port()),
             data_dir: dir.join(&name),
             log: dir.join(format!("{name}.log")),
             config_path: dir.join(format!("{name}.toml")),
@@ -441,6 +463,36 @@ impl Cluster {
             unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
             let _ = child.wait();
         }
+    }
+
+    /// SIGTERM by PID (a graceful stop), then waits for the process to exit, up to `WAIT_MAX`
+    /// (then SIGKILL and panic). Returns its exit status.
+    pub async fn terminate(&mut self, key: ProcKey) -> std::process::ExitStatus {
+        let mut child = self.proc_mut(key).child.take().expect("running");
+        // SAFETY: plain kill(2) on a PID this process spawned and has not reaped.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + WAIT_MAX;
+        loop {
+            if let Some(status) = child.try_wait().expect("wait for child") {
+                return status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{key:?} did not exit within {WAIT_MAX:?} of SIGTERM");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The store leader's view of `set`'s AllocSvrs, their leases and the assignment
+    /// (`StoreAdmin.Leases`), asked with a 2 s budget.
+    pub async fn leases(&self, set: SetId) -> Result<pb::LeasesResponse, tonic::Status> {
+        self.store_client_of(set)
+            .admin(Duration::from_secs(2), |mut c, _| async move {
+                c.leases(pb::LeasesRequest {}).await
+            })
+            .await
     }
 
     /// SIGSTOP (`true`) or SIGCONT (`false`) by PID.

@@ -6,6 +6,7 @@
 //! - [`cluster`]: the process harness (start, kill -9, SIGSTOP, restart, wipe a data dir, add
 //!   store members, wait) shared with the cluster tests.
 //! - [`proxy`]: fault-injecting TCP proxies for cutting single links.
+//! - [`observe`]: a process's `/metrics` and gRPC health, read as an operator's tools do.
 //! - [`nemesis`]: seeded fault schedules and the runner behind `seqcheck nemesis`.
 //! - [`lost_disk`]: the lost-disk interleaving (`DESIGN.md` §8) behind `seqcheck lost-disk`.
 
@@ -13,4 +14,5 @@ pub mod cluster;
 pub mod history;
 pub mod lost_disk;
 pub mod nemesis;
+pub mod observe;
 pub mod proxy;

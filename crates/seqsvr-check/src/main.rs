@@ -46,6 +46,16 @@ enum Command {
         /// AllocSvr step: small steps make advances (and their fencing) frequent.
         #[arg(long, default_value_t = 100)]
         step: u64,
+        /// Lease length in ms (default 1500).
+        #[arg(long)]
+        lease_ms: Option<u64>,
+        /// Lease margin in ms (default 200).
+        #[arg(long)]
+        lease_margin_ms: Option<u64>,
+        /// AllocSvr heartbeat period in ms (default 300). Its heartbeat waits at most this long
+        /// (split over the store members) for an answer.
+        #[arg(long)]
+        heartbeat_ms: Option<u64>,
     },
     /// Replay the lost-disk interleaving with real processes: a lagging member plus a member
     /// whose data dir was wiped must not elect a leader that lost a committed max_seq.
@@ -152,7 +162,18 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         }
-        Command::Nemesis { seconds, seed, out, sets, clients, faults, step } => {
+        Command::Nemesis {
+            seconds,
+            seed,
+            out,
+            sets,
+            clients,
+            faults,
+            step,
+            lease_ms,
+            lease_margin_ms,
+            heartbeat_ms,
+        } => {
             let kinds: Vec<FaultKind> = if faults.is_empty() {
                 ALL_FAULTS.to_vec()
             } else {
@@ -176,7 +197,18 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let cfg = RunConfig { seconds, seed, out_dir: out.clone(), sets, clients, kinds, step };
+            let cfg = RunConfig {
+                seconds,
+                seed,
+                out_dir: out.clone(),
+                sets,
+                clients,
+                kinds,
+                step,
+                lease_ms,
+                lease_margin_ms,
+                heartbeat_ms,
+            };
             match runtime.block_on(nemesis::run(cfg)) {
                 Ok(summary) => {
                     print_report(&summary.report);

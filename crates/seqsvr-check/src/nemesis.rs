@@ -8,6 +8,7 @@
 //! report counts every kind's runs and skips with their reasons. The run fails only when a
 //! scheduled fault kind could not run at all, or when the cluster does not recover.
 
+mod lease_faults;
 mod membership;
 
 use crate::cluster::{wait_until, Cluster, ClusterOptions, ProcKey, LIBFAKETIME, WAIT_MAX};
@@ -42,7 +43,9 @@ pub enum FaultKind {
     PartitionAlloc,
     /// Cut the store leader off from the other members.
     IsolateStoreLeader,
-    /// Jump an AllocSvr's wall clock forward, then backward, then back.
+    /// Jump an AllocSvr's wall clock forward, then 2 h back while it is cut off from its store
+    /// members until another AllocSvr serves its section, then ask it for a value there: a lease
+    /// on the wall clock would still look valid (`nemesis/lease_faults.rs`).
     ClockJump,
     /// Play a deposed AllocSvr that missed the end of its lease (a lease bug, an extreme clock
     /// error): move a section away from its owner, then, as the old owner with its old lease
@@ -55,9 +58,14 @@ pub enum FaultKind {
     ReplaceMember,
     /// Several leader transfers to different voters in quick succession, while clients run.
     TransferLeaderStorm,
+    /// Hold the store's answers to an AllocSvr for most of its heartbeat timeout, let a held
+    /// grant through, cut it off, and once another AllocSvr serves its section ask it for a
+    /// value there: a lease measured from the answer's arrival would still look valid
+    /// (`nemesis/lease_faults.rs`).
+    DelayAllocReplies,
 }
 
-pub const ALL_FAULTS: [FaultKind; 10] = [
+pub const ALL_FAULTS: [FaultKind; 11] = [
     FaultKind::KillAlloc,
     FaultKind::KillStoreLeader,
     FaultKind::KillStoreMajority,
@@ -68,6 +76,7 @@ pub const ALL_FAULTS: [FaultKind; 10] = [
     FaultKind::ZombieAdvance,
     FaultKind::ReplaceMember,
     FaultKind::TransferLeaderStorm,
+    FaultKind::DelayAllocReplies,
 ];
 
 impl FaultKind {
@@ -87,6 +96,7 @@ impl FaultKind {
             FaultKind::ZombieAdvance => "zombie-advance",
             FaultKind::ReplaceMember => "replace-member",
             FaultKind::TransferLeaderStorm => "transfer-leader-storm",
+            FaultKind::DelayAllocReplies => "delay-alloc-replies",
         }
     }
 }
@@ -134,6 +144,11 @@ pub struct RunConfig {
     pub clients: usize,
     pub kinds: Vec<FaultKind>,
     pub step: u64,
+    /// Lease terms of the run's cluster (`None`: the harness's defaults, lease 1500 ms, margin
+    /// 200 ms, heartbeat 300 ms).
+    pub lease_ms: Option<u64>,
+    pub lease_margin_ms: Option<u64>,
+    pub heartbeat_ms: Option<u64>,
 }
 
 /// What became of one scheduled fault.
@@ -322,6 +337,10 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Summary> {
         ..ClusterOptions::default()
     };
     options.alloc.step = cfg.step;
+    options.alloc.lease_ms = cfg.lease_ms.unwrap_or(options.alloc.lease_ms);
+    options.alloc.lease_margin_ms = cfg.lease_margin_ms.unwrap_or(options.alloc.lease_margin_ms);
+    options.alloc.heartbeat_ms = cfg.heartbeat_ms.unwrap_or(options.alloc.heartbeat_ms);
+    options.alloc.validate().map_err(|e| anyhow::anyhow!("lease terms: {e}"))?;
     let allocs = options.allocs_per_set;
     let mut cluster = Cluster::start(options);
     let client = Arc::new(SeqClient::connect(&seeds(&cluster), WAIT_MAX).await?);
@@ -652,13 +671,9 @@ async fn inject(cluster: &mut Cluster, fault: &Fault, ctx: &Ctx<'_>) -> anyhow::
             cluster.heal_all_links();
             elected?;
         }
-        FaultKind::ClockJump => {
-            ctx.say(format!("(alloc {}) ", fault.alloc));
-            cluster.set_wall_clock_offset(alloc, "+1h");
-            tokio::time::sleep(Duration::from_millis(1000)).await;
-            cluster.set_wall_clock_offset(alloc, "-2h");
-            tokio::time::sleep(Duration::from_millis(1000)).await;
-            cluster.set_wall_clock_offset(alloc, "+0");
+        FaultKind::ClockJump => lease_faults::clock_jump(cluster, alloc, ctx).await?,
+        FaultKind::DelayAllocReplies => {
+            lease_faults::delay_alloc_replies(cluster, alloc, ctx).await?
         }
         FaultKind::ZombieAdvance => zombie_advance(cluster, set, ctx).await?,
         FaultKind::ReplaceMember => {

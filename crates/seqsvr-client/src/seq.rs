@@ -21,6 +21,7 @@ use seqsvr_proto::v1::seq_service_client::SeqServiceClient;
 use seqsvr_proto::v1::{self as pb};
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::sync::{Mutex, RwLock};
 use std::time::Duration;
@@ -64,6 +65,41 @@ pub struct SeqClient {
     coalescers: Mutex<HashMap<String, mpsc::UnboundedSender<Pending>>>,
     /// Coalesced RPCs sent (for tests and metrics: calls ÷ RPCs is the coalescing factor).
     coalesced_rpcs: Arc<std::sync::atomic::AtomicU64>,
+    counters: Counters,
+}
+
+/// What the SDK did so far, for an application's own metrics ([`SeqClient::stats`]): the
+/// client side of the servers' `seqsvr_alloc_*` series.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Public calls made (`next`, `current`, `next_batch`).
+    pub calls: u64,
+    /// Calls that ended in an error.
+    pub failed: u64,
+    /// Attempts repeated at once after a NOT_OWNER answer named the owner (a redirect).
+    pub redirects: u64,
+    /// Attempts repeated after a back-off (UNAVAILABLE, a timeout, no owner yet).
+    pub retries: u64,
+    /// Route tables asked for (`GetRouteTable` RPCs).
+    pub route_refreshes: u64,
+    /// Newer route tables installed (from a refresh, an answer, or a NOT_OWNER).
+    pub route_tables_installed: u64,
+    /// RPCs that carried coalesced `next` calls.
+    pub coalesced_rpcs: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    calls: AtomicU64,
+    failed: AtomicU64,
+    redirects: AtomicU64,
+    retries: AtomicU64,
+    route_refreshes: AtomicU64,
+    route_tables_installed: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
 }
 
 type Served = Result<(u64, Option<pb::RouteTable>), Status>;
@@ -198,6 +234,7 @@ impl SeqClient {
             channels: Mutex::new(HashMap::new()),
             coalescers: Mutex::new(HashMap::new()),
             coalesced_rpcs: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            counters: Counters::default(),
         };
         let until = Instant::now() + deadline;
         let mut backoff = BACKOFF_MIN;
@@ -214,6 +251,20 @@ impl SeqClient {
             }
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(BACKOFF_MAX);
+        }
+    }
+
+    /// The SDK's counters so far (cheap: relaxed atomic loads).
+    pub fn stats(&self) -> ClientStats {
+        let c = &self.counters;
+        ClientStats {
+            calls: c.calls.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+            redirects: c.redirects.load(Ordering::Relaxed),
+            retries: c.retries.load(Ordering::Relaxed),
+            route_refreshes: c.route_refreshes.load(Ordering::Relaxed),
+            route_tables_installed: c.route_tables_installed.load(Ordering::Relaxed),
+            coalesced_rpcs: self.coalesced_rpcs(),
         }
     }
 
@@ -237,10 +288,14 @@ impl SeqClient {
         let mut tables = self.tables.write().unwrap_or_else(|e| e.into_inner());
         match tables.iter_mut().find(|t| t.set_id == table.set_id) {
             Some(t) if t.version >= table.version => {}
-            Some(t) => *t = table,
+            Some(t) => {
+                *t = table;
+                bump(&self.counters.route_tables_installed);
+            }
             None => {
                 tables.push(table);
                 tables.sort_by_key(|t| t.uid_begin);
+                bump(&self.counters.route_tables_installed);
             }
         }
     }
@@ -253,6 +308,7 @@ impl SeqClient {
             if left.is_zero() {
                 break;
             }
+            bump(&self.counters.route_refreshes);
             let result = async {
                 let mut client = SeqServiceClient::new(self.channel(addr)?);
                 let mut req = tonic::Request::new(pb::GetRouteTableRequest {});
@@ -329,6 +385,24 @@ impl SeqClient {
         F: Fn(SeqServiceClient<Channel>, String, u64, Duration) -> Fut,
         Fut: Future<Output = Result<(T, Option<pb::RouteTable>), Status>>,
     {
+        bump(&self.counters.calls);
+        let result = self.call_attempts(uid, deadline, attempt).await;
+        if result.is_err() {
+            bump(&self.counters.failed);
+        }
+        result
+    }
+
+    async fn call_attempts<T, F, Fut>(
+        &self,
+        uid: u64,
+        deadline: Duration,
+        attempt: F,
+    ) -> Result<T, Status>
+    where
+        F: Fn(SeqServiceClient<Channel>, String, u64, Duration) -> Fut,
+        Fut: Future<Output = Result<(T, Option<pb::RouteTable>), Status>>,
+    {
         let until = Instant::now() + deadline;
         let mut backoff = BACKOFF_MIN;
         let mut redirects = 0;
@@ -366,6 +440,7 @@ impl SeqClient {
                                 self.install(t);
                                 redirects += 1;
                                 if redirects <= REDIRECTS_MAX {
+                                    bump(&self.counters.redirects);
                                     continue;
                                 }
                             } else {
@@ -384,6 +459,7 @@ impl SeqClient {
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(BACKOFF_MAX);
             redirects = 0;
+            bump(&self.counters.retries);
             self.refresh_for(uid, until).await;
         }
     }
@@ -472,6 +548,19 @@ impl SeqClient {
     /// call per AllocSvr involved, each all-or-nothing. Each retry regroups the uids not yet
     /// answered by their owners in the (possibly refreshed) route tables.
     pub async fn next_batch(&self, uids: &[u64], deadline: Duration) -> Result<Vec<u64>, Status> {
+        bump(&self.counters.calls);
+        let result = self.next_batch_attempts(uids, deadline).await;
+        if result.is_err() {
+            bump(&self.counters.failed);
+        }
+        result
+    }
+
+    async fn next_batch_attempts(
+        &self,
+        uids: &[u64],
+        deadline: Duration,
+    ) -> Result<Vec<u64>, Status> {
         if uids.is_empty() {
             return Err(Status::invalid_argument("empty batch: give at least one uid"));
         }
@@ -542,6 +631,7 @@ impl SeqClient {
             }
             if wait.is_none() && redirected.is_some() && redirects < REDIRECTS_MAX {
                 redirects += 1;
+                bump(&self.counters.redirects);
                 continue; // regroup at once by the tables the redirects brought
             }
             let status = wait.or(redirected).unwrap_or_else(|| Status::unavailable("retry"));
@@ -551,6 +641,7 @@ impl SeqClient {
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(BACKOFF_MAX);
             redirects = 0;
+            bump(&self.counters.retries);
             for uid in self.one_uid_per_set(pending.iter().map(|&i| uids[i])) {
                 self.refresh_for(uid, until).await;
             }
@@ -701,6 +792,7 @@ mod tests {
             channels: Mutex::new(HashMap::new()),
             coalescers: Mutex::new(HashMap::new()),
             coalesced_rpcs: Arc::new(AtomicU64::new(0)),
+            counters: Counters::default(),
         }
     }
 
@@ -862,5 +954,178 @@ mod tests {
         let err = c.next_batch(&[12], Duration::from_millis(300)).await.unwrap_err();
         assert!(matches!(err.code(), Code::FailedPrecondition | Code::DeadlineExceeded), "{err:?}");
         assert_eq!(c.route_tables()[0].version, 2, "the older table from B was not installed");
+        // The SDK's counters tell what happened: three calls, the last failed; the v2 table
+        // came with a redirect; v1 was installed at connect.
+        let stats = c.stats();
+        assert_eq!((stats.calls, stats.failed), (3, 1), "{stats:?}");
+        assert!(stats.redirects >= 1, "{stats:?}");
+        assert_eq!(stats.route_tables_installed, 2, "v1, then v2: {stats:?}");
+        assert!(stats.route_refreshes >= 1, "{stats:?}");
+    }
+
+    // Tests written for survivors of the mutation run (docs/reliability/mutants.md).
+
+    /// An AllocSvr whose answers the test scripts, one per call in order; once a script is
+    /// used up it serves every uid the next value of a counter (starting at 1000).
+    struct Scripted {
+        table: Mutex<pb::RouteTable>,
+        batches: Mutex<std::collections::VecDeque<Result<Vec<u64>, Status>>>,
+        nexts: Mutex<std::collections::VecDeque<Result<u64, Status>>>,
+        next: AtomicU64,
+        calls: AtomicU64,
+    }
+
+    struct ScriptedHandle(Arc<Scripted>);
+
+    #[tonic::async_trait]
+    impl SeqService for ScriptedHandle {
+        async fn next(
+            &self,
+            _: tonic::Request<pb::NextRequest>,
+        ) -> Result<tonic::Response<pb::NextResponse>, Status> {
+            self.0.calls.fetch_add(1, Ordering::SeqCst);
+            let scripted = self.0.nexts.lock().unwrap().pop_front();
+            let seq = scripted.unwrap_or_else(|| Ok(self.0.next.fetch_add(1, Ordering::SeqCst)))?;
+            Ok(tonic::Response::new(pb::NextResponse { seq, route_table: None }))
+        }
+
+        async fn next_batch(
+            &self,
+            request: tonic::Request<pb::NextBatchRequest>,
+        ) -> Result<tonic::Response<pb::NextBatchResponse>, Status> {
+            self.0.calls.fetch_add(1, Ordering::SeqCst);
+            let r = request.into_inner();
+            let seqs = match self.0.batches.lock().unwrap().pop_front() {
+                Some(scripted) => scripted?,
+                None => r.uids.iter().map(|_| self.0.next.fetch_add(1, Ordering::SeqCst)).collect(),
+            };
+            Ok(tonic::Response::new(pb::NextBatchResponse { seqs, route_table: None }))
+        }
+
+        async fn current(
+            &self,
+            _: tonic::Request<pb::CurrentRequest>,
+        ) -> Result<tonic::Response<pb::CurrentResponse>, Status> {
+            Err(Status::unimplemented("current"))
+        }
+
+        async fn get_route_table(
+            &self,
+            _: tonic::Request<pb::GetRouteTableRequest>,
+        ) -> Result<tonic::Response<pb::GetRouteTableResponse>, Status> {
+            let route_table = Some(self.0.table.lock().unwrap().clone());
+            Ok(tonic::Response::new(pb::GetRouteTableResponse { route_table }))
+        }
+    }
+
+    /// A client (coalescing, the default) connected to a `Scripted` AllocSvr that owns every
+    /// section of set 1, with these scripts.
+    async fn scripted(
+        batches: Vec<Result<Vec<u64>, Status>>,
+        nexts: Vec<Result<u64, Status>>,
+    ) -> (SeqClient, Arc<Scripted>) {
+        let fake = Arc::new(Scripted {
+            table: Mutex::new(pb::RouteTable::default()),
+            batches: Mutex::new(batches.into()),
+            nexts: Mutex::new(nexts.into()),
+            next: AtomicU64::new(1000),
+            calls: AtomicU64::new(0),
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        *fake.table.lock().unwrap() = table(1, 1, (0, 100), vec![entry(0, 10, 1, &addr)]);
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(SeqServiceServer::new(ScriptedHandle(fake.clone())))
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
+        let c = SeqClient::connect(&[addr], Duration::from_secs(5)).await.unwrap();
+        (c, fake)
+    }
+
+    /// A coalesced `next` answers with the value its entry got; an entry answered 0 (not
+    /// servable at once) is never a value: the call asks again alone and returns that answer.
+    #[tokio::test]
+    async fn a_coalesced_next_returns_its_value_and_never_a_zero() {
+        let (c, fake) =
+            scripted(vec![Ok(vec![9])], vec![Err(Status::unimplemented("alone"))]).await;
+        assert_eq!(c.next(5, Duration::from_secs(2)).await.unwrap(), 9, "the coalesced answer");
+        assert_eq!(fake.calls.load(Ordering::SeqCst), 1);
+        let (c, _) = scripted(vec![Ok(vec![0])], vec![Ok(7)]).await;
+        assert_eq!(c.next(5, Duration::from_secs(2)).await.unwrap(), 7, "asked again alone");
+    }
+
+    /// A coalesced answer with a different number of values than calls is a server bug: every
+    /// call in it fails (INTERNAL), none takes a value that may belong to another.
+    #[tokio::test]
+    async fn a_coalesced_answer_of_the_wrong_length_fails_every_call_in_it() {
+        for wrong in [vec![], vec![11, 12]] {
+            let (c, _) = scripted(vec![Ok(wrong.clone())], vec![]).await;
+            let status = c.next(5, Duration::from_secs(2)).await.unwrap_err();
+            assert_eq!(status.code(), Code::Internal, "answer {wrong:?}: {status:?}");
+        }
+    }
+
+    /// UNAVAILABLE (a hand-over, an advance in progress) is retried within the deadline; a
+    /// final error (here RESOURCE_EXHAUSTED: the section reached the ceiling) is returned at
+    /// once, without retrying until the deadline.
+    #[tokio::test]
+    async fn unavailable_is_retried_and_a_final_error_is_not() {
+        let (c, _) = scripted(vec![Err(Status::unavailable("hand-over"))], vec![]).await;
+        assert_eq!(c.next(5, Duration::from_secs(2)).await.unwrap(), 1000);
+        let ceiling = Status::resource_exhausted("ceiling");
+        let (c, fake) = scripted(vec![Err(ceiling.clone()), Err(ceiling)], vec![]).await;
+        let started = Instant::now();
+        let status = c.next(5, Duration::from_secs(2)).await.unwrap_err();
+        assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+        assert!(started.elapsed() < Duration::from_secs(1), "not retried until the deadline");
+        assert_eq!(fake.calls.load(Ordering::SeqCst), 1, "asked once");
+        // The same for a batch.
+        let (c, _) = scripted(vec![Err(Status::unavailable("hand-over"))], vec![]).await;
+        assert_eq!(c.next_batch(&[5, 6], Duration::from_secs(2)).await.unwrap(), [1000, 1001]);
+        let ceiling = Status::resource_exhausted("ceiling");
+        let (c, fake) = scripted(vec![Err(ceiling.clone()), Err(ceiling)], vec![]).await;
+        let started = Instant::now();
+        let status = c.next_batch(&[5, 6], Duration::from_secs(2)).await.unwrap_err();
+        assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+        assert!(started.elapsed() < Duration::from_secs(1), "not retried until the deadline");
+        assert_eq!(fake.calls.load(Ordering::SeqCst), 1, "asked once");
+        // Retries back off (doubling from 20 ms): a hand-over that lasts longer than the
+        // deadline costs a handful of attempts, not a busy loop against the AllocSvr.
+        let unavailable: Vec<_> = (0..1000).map(|_| Err(Status::unavailable("busy"))).collect();
+        let (c, fake) = scripted(unavailable, vec![]).await;
+        let status = c.next_batch(&[5], Duration::from_millis(400)).await.unwrap_err();
+        assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+        let calls = fake.calls.load(Ordering::SeqCst);
+        assert!((2..=8).contains(&calls), "{calls} attempts in 400 ms");
+        let retried: Vec<bool> = [
+            Code::Unavailable,
+            Code::DeadlineExceeded,
+            Code::Unknown,
+            Code::Cancelled,
+            Code::InvalidArgument,
+            Code::FailedPrecondition,
+            Code::ResourceExhausted,
+            Code::Internal,
+        ]
+        .into_iter()
+        .map(retryable)
+        .collect();
+        assert_eq!(retried, [true, true, true, true, false, false, false, false]);
+    }
+
+    /// The owner of a uid's section: the entry whose `[begin, end)` holds it, found in a table
+    /// sorted by section or not; none for a section in a gap.
+    #[test]
+    fn the_owner_entry_covers_the_section() {
+        let sorted = table(1, 1, (0, 100), vec![entry(0, 2, 1, "a"), entry(3, 5, 2, "b")]);
+        let mut unsorted = sorted.clone();
+        unsorted.entries.reverse();
+        for t in [&sorted, &unsorted] {
+            let owners: Vec<Option<&str>> = [5, 15, 25, 35, 45, 55]
+                .map(|uid| owner_entry(t, uid).map(|e| e.addr.as_str()))
+                .into();
+            assert_eq!(owners, [Some("a"), Some("a"), None, Some("b"), Some("b"), None]);
+        }
     }
 }

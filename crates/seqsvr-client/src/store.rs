@@ -14,6 +14,7 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
+use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
@@ -138,6 +139,19 @@ impl StoreClient {
         sections: &[SectionAdvance],
         deadline: Duration,
     ) -> Result<Vec<(SectionId, u64)>, Status> {
+        self.advance_traced(alloc, sections, deadline, None).await
+    }
+
+    /// [`StoreClient::advance_as`], sending `request_id` as `x-request-id` (the call that
+    /// waited for this advance), so the store's log lines about it carry the same id.
+    pub async fn advance_traced(
+        &self,
+        alloc: Option<AllocId>,
+        sections: &[SectionAdvance],
+        deadline: Duration,
+        request_id: Option<&str>,
+    ) -> Result<Vec<(SectionId, u64)>, Status> {
+        let request_id = request_id.and_then(|id| id.parse::<MetadataValue<Ascii>>().ok());
         let request = pb::AdvanceMaxSeqRequest {
             sections: sections
                 .iter()
@@ -153,6 +167,9 @@ impl StoreClient {
             .call(deadline, |channel, timeout| {
                 let mut req = tonic::Request::new(request.clone());
                 req.set_timeout(timeout);
+                if let Some(id) = &request_id {
+                    req.metadata_mut().insert(seqsvr_proto::REQUEST_ID_METADATA, id.clone());
+                }
                 async move { StoreServiceClient::new(channel).advance_max_seq(req).await }
             })
             .await?;
@@ -207,6 +224,19 @@ impl StoreClient {
             async move { StoreServiceClient::new(channel).heartbeat(req).await }
         })
         .await
+    }
+
+    /// Hands `alloc`'s sections back on a graceful shutdown: it must already have stopped
+    /// serving (see `StoreService.ReleaseAlloc`).
+    pub async fn release(&self, alloc: AllocId, deadline: Duration) -> Result<(), Status> {
+        let request = pb::ReleaseAllocRequest { alloc_id: alloc.0 };
+        self.call(deadline, |channel, timeout| {
+            let mut req = tonic::Request::new(request);
+            req.set_timeout(timeout);
+            async move { StoreServiceClient::new(channel).release_alloc(req).await }
+        })
+        .await
+        .map(|_| ())
     }
 
     /// Calls the leader's admin service (leases, route, move, drain), following redirects.
@@ -429,6 +459,13 @@ mod tests {
             &self,
             _: Request<pb::HeartbeatRequest>,
         ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+            Err(Status::unimplemented("test"))
+        }
+
+        async fn release_alloc(
+            &self,
+            _: Request<pb::ReleaseAllocRequest>,
+        ) -> Result<Response<pb::ReleaseAllocResponse>, Status> {
             Err(Status::unimplemented("test"))
         }
     }

@@ -101,6 +101,17 @@ impl SectionSeqs {
     }
 }
 
+/// [`AllocTable::usage`]: sections by state and the bytes allocated for `cur_seq` arrays
+/// (allocated lazily, zeroed by the allocator: pages of untouched uids cost address space only).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TableUsage {
+    pub sections_ready: usize,
+    pub sections_loading: usize,
+    /// Ready sections with a `cur_seq` array (at least one uid touched since loading).
+    pub sections_touched: usize,
+    pub cur_seq_bytes: u64,
+}
+
 #[derive(Debug)]
 enum SectionState {
     Loading { lease_epoch: u64 },
@@ -113,8 +124,11 @@ pub struct AllocTable {
     sections: BTreeMap<SectionId, SectionState>,
     /// Ready sections with `want > max_seq` and no advance in flight.
     wanting: BTreeSet<SectionId>,
-    /// The last grant installed: an unchanged grant (the common heartbeat) costs nothing.
-    last_grant: Vec<(SectionRange, u64)>,
+    /// The last grant installed, if `sections` is exactly what it made: an unchanged grant (the
+    /// common heartbeat) costs nothing. `None` once a section was dropped on its own
+    /// (`drop_section`): the next grant must be installed in full, even an empty one, which
+    /// must then drop every section still held (as an empty `Vec` it would be skipped).
+    last_grant: Option<Vec<(SectionRange, u64)>>,
 }
 
 impl AllocTable {
@@ -124,7 +138,7 @@ impl AllocTable {
             config,
             sections: BTreeMap::new(),
             wanting: BTreeSet::new(),
-            last_grant: Vec::new(),
+            last_grant: Some(Vec::new()),
         }
     }
 
@@ -329,10 +343,10 @@ impl AllocTable {
     /// Installs a grant: the runs this AllocSvr may serve, with lease epochs. Sections not in it
     /// are dropped; a section with a new epoch is reloaded. Returns the runs to load.
     pub fn grant(&mut self, runs: &[(SectionRange, u64)]) -> Vec<(SectionRange, u64)> {
-        if runs == self.last_grant.as_slice() {
+        if self.last_grant.as_deref() == Some(runs) {
             return Vec::new();
         }
-        self.last_grant = runs.to_vec();
+        self.last_grant = Some(runs.to_vec());
         let mut granted: BTreeMap<SectionId, u64> = BTreeMap::new();
         for &(r, e) in runs {
             for s in r.begin().0..r.end().0 {
@@ -441,7 +455,7 @@ impl AllocTable {
     pub fn drop_section(&mut self, section: SectionId) {
         self.sections.remove(&section);
         self.wanting.remove(&section);
-        self.last_grant.clear(); // the next grant must be installed again in full
+        self.last_grant = None; // the next grant must be installed again in full
     }
 
     /// The committed `max_seq` this table serves under, if the section is ready (for tests).
@@ -462,6 +476,24 @@ impl AllocTable {
             .filter(|s| matches!(s, SectionState::Ready(SectionSeqs { cur: Some(_), .. })))
             .count();
         (self.sections.len(), touched)
+    }
+
+    /// What the table holds, for metrics: sections by state and the memory of `cur_seq` arrays.
+    pub fn usage(&self) -> TableUsage {
+        let mut u = TableUsage::default();
+        for state in self.sections.values() {
+            match state {
+                SectionState::Loading { .. } => u.sections_loading += 1,
+                SectionState::Ready(s) => {
+                    u.sections_ready += 1;
+                    if let Some(cur) = &s.cur {
+                        u.sections_touched += 1;
+                        u.cur_seq_bytes += std::mem::size_of_val::<[u64]>(cur) as u64;
+                    }
+                }
+            }
+        }
+        u
     }
 
     fn refresh_wanting(&mut self, sections: impl IntoIterator<Item = SectionId>) {

@@ -11,6 +11,9 @@
 //! - A new leader does not know its predecessor's grants: it treats every AllocSvr as granted
 //!   at the moment it became leader, and reassigns nothing for one `hold`.
 //! - An AllocSvr found dead is expired first (never granted again), then its sections move.
+//! - An AllocSvr that released its sections (`ReleaseAlloc`, sent on a graceful shutdown after
+//!   it stopped serving) holds no lease by its own word: it is expired at once and its settled
+//!   runs move settled, without the wait. Its unsettled runs stay fenced for the owner before.
 //!
 //! The lease timing is replicated (`ControlState::lease`, changed only by `SetLease`), never a
 //! leader's own config: a leader whose config differs (a rolling change) would otherwise wait
@@ -208,7 +211,8 @@ impl Arbiter {
     fn lease_over(&self, alloc: AllocId, now_ms: u64, control: &ControlState) -> bool {
         let granted = self.last_grant_ms.get(&alloc).or(self.first_seen_ms.get(&alloc));
         let last = granted.copied().unwrap_or(self.leader_since_ms).max(self.leader_since_ms);
-        self.expired.contains(&alloc) || now_ms >= self.over_at(last, control)
+        let released = control.allocs.get(&alloc).is_some_and(|r| r.released);
+        self.expired.contains(&alloc) || released || now_ms >= self.over_at(last, control)
     }
 
     /// The commands that move the set toward: every section owned by a live AllocSvr, fences

@@ -200,4 +200,56 @@ mod tests {
             }
         }
     }
+
+    // Tests written for survivors of the mutation run (docs/reliability/mutants.md).
+
+    /// `unassigned` lists exactly the gaps inside `within`. The arbiter hands them out as never
+    /// owned, free to serve at once (no lease wait): a gap that overlapped a run would break
+    /// I3; one outside `within` or an empty one would hand out junk.
+    #[test]
+    fn unassigned_lists_exactly_the_gaps_inside_the_range() {
+        let mut a = Assignment::new();
+        a.assign(range(10, 20), owner(1, 1, true));
+        a.assign(range(40, 60), owner(2, 2, false));
+        a.assign(range(80, 90), owner(1, 3, true));
+        let gaps = vec![range(0, 10), range(20, 40), range(60, 80), range(90, 100)];
+        assert_eq!(a.unassigned(range(0, 100)), gaps);
+        assert_eq!(a.unassigned(range(0, 50)), vec![range(0, 10), range(20, 40)]);
+        assert_eq!(a.unassigned(range(15, 45)), vec![range(20, 40)]);
+        assert_eq!(a.unassigned(range(40, 60)), vec![]);
+        assert_eq!(a.unassigned(range(50, 90)), vec![range(60, 80)]);
+    }
+
+    proptest! {
+        /// `unassigned(within)` is exactly the maximal runs of sections of `within` that no run
+        /// covers, in order.
+        #[test]
+        fn unassigned_matches_the_per_section_model(
+            ops in prop::collection::vec((0u64..50, 0u64..50, 1u64..4), 0..12),
+            x in 0u64..60,
+            y in 0u64..60,
+        ) {
+            let mut a = Assignment::new();
+            let mut covered = std::collections::BTreeSet::new();
+            for (epoch, (p, q, alloc)) in ops.into_iter().enumerate() {
+                let (b, e) = (p.min(q), p.max(q));
+                a.assign(range(b, e), owner(alloc, epoch as u64 + 1, false));
+                covered.extend(b..e);
+            }
+            let (b, e) = (x.min(y), x.max(y));
+            let mut gaps = Vec::new();
+            let mut start = None;
+            for s in b..e {
+                if !covered.contains(&s) {
+                    start.get_or_insert(s);
+                } else if let Some(g) = start.take() {
+                    gaps.push(range(g, s));
+                }
+            }
+            if let Some(g) = start {
+                gaps.push(range(g, e));
+            }
+            prop_assert_eq!(a.unassigned(range(b, e)), gaps);
+        }
+    }
 }

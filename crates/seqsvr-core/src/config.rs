@@ -222,7 +222,7 @@ impl ClusterConfig {
 
     pub fn to_toml_string(&self) -> String {
         // Serializing plain structs of integers and strings cannot fail.
-        toml::to_string_pretty(self).unwrap_or_default()
+        toml::to_string_pretty(self).expect("a cluster config serializes to TOML")
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {

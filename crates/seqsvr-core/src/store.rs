@@ -52,6 +52,11 @@ pub enum Command {
     SetDraining { alloc: AllocId, draining: bool },
     /// Forget a registration that owns nothing.
     RemoveAlloc { alloc: AllocId },
+    /// The AllocSvr `alloc` stopped serving for good (a graceful shutdown) and says so: it is
+    /// never granted again, and its settled sections may move at once, without waiting for its
+    /// lease to run out. Only the AllocSvr itself sends this, after it has stopped serving
+    /// (`allocsvr/src/lease.rs::hand_back`).
+    ReleaseAlloc { alloc: AllocId },
     /// Replace the replicated lease timing; the one it replaces becomes `previous_lease` (grants
     /// under it may still run). Applies only if exactly `after_change` lease changes applied
     /// before it (compare-and-set), so two changes proposed on the same state cannot both apply:
@@ -68,8 +73,9 @@ pub enum CodecError {
 
 impl Command {
     pub fn encode(&self) -> Vec<u8> {
-        // Serializing enums of integers and strings to JSON cannot fail.
-        serde_json::to_vec(self).unwrap_or_default()
+        // Serializing enums of integers and strings to JSON cannot fail: if it did, writing
+        // empty bytes into the log would be far worse than stopping.
+        serde_json::to_vec(self).expect("a command serializes to JSON")
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Command, CodecError> {
@@ -210,6 +216,9 @@ pub struct AllocRecord {
     pub draining: bool,
     /// A newer registration took this address: never granted again.
     pub replaced: bool,
+    /// The AllocSvr released its sections and serves nothing any more (`ReleaseAlloc`).
+    #[serde(default)]
+    pub released: bool,
 }
 
 /// The arbiter's replicated state. Small (a few runs per AllocSvr): persisted as one record.
@@ -246,9 +255,9 @@ impl ControlState {
         Some(current.max(self.previous_lease.map_or(0, |l| l.hold_ms())))
     }
 
-    /// An alloc that may hold sections: registered and not replaced.
+    /// An alloc that may hold sections: registered, not replaced, not released.
     pub fn is_current(&self, alloc: AllocId) -> bool {
-        self.allocs.get(&alloc).is_some_and(|r| !r.replaced)
+        self.allocs.get(&alloc).is_some_and(|r| !r.replaced && !r.released)
     }
 
     /// The route table: each run's owner and its address, in section order.
@@ -263,7 +272,7 @@ impl ControlState {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
+        serde_json::to_vec(self).expect("the control state serializes to JSON")
     }
 
     pub fn decode(bytes: &[u8]) -> Result<ControlState, CodecError> {
@@ -347,7 +356,12 @@ impl StoreState {
                 }
                 c.allocs.insert(
                     id,
-                    AllocRecord { addr: addr.clone(), draining: false, replaced: false },
+                    AllocRecord {
+                        addr: addr.clone(),
+                        draining: false,
+                        replaced: false,
+                        released: false,
+                    },
                 );
                 ApplyOutcome::control(Ok(Applied::Registered(id)))
             }
@@ -376,6 +390,16 @@ impl StoreState {
                     changed: Vec::new(),
                     control_changed: changed,
                 }
+            }
+            Command::ReleaseAlloc { alloc } => {
+                match self.control.allocs.get_mut(alloc) {
+                    Some(r) => {
+                        r.released = true;
+                        r.draining = true;
+                    }
+                    None => return ApplyOutcome::control(Err(Rejected::UnknownAlloc(*alloc))),
+                }
+                ApplyOutcome::control(Ok(Applied::Done))
             }
             Command::SetDraining { alloc, draining } => {
                 match self.control.allocs.get_mut(alloc) {
@@ -480,7 +504,7 @@ impl StoreState {
             max_seq: self.iter().collect(),
             control: self.control.clone(),
         };
-        serde_json::to_vec(&data).unwrap_or_default()
+        serde_json::to_vec(&data).expect("a snapshot serializes to JSON")
     }
 
     pub fn decode_snapshot(bytes: &[u8]) -> Result<StoreState, CodecError> {
@@ -705,7 +729,12 @@ mod tests {
                 full(|c| {
                     c.allocs.insert(
                         AllocId(9),
-                        AllocRecord { addr: "z:1".into(), draining: false, replaced: true },
+                        AllocRecord {
+                            addr: "z:1".into(),
+                            draining: false,
+                            replaced: true,
+                            released: false,
+                        },
                     );
                     c.route_version = u64::MAX;
                 }),
@@ -839,7 +868,7 @@ mod tests {
         /// replica would fence differently from the others.
         #[test]
         fn control_changed_is_reported_whenever_control_changes(
-            script in prop::collection::vec((0u8..6, 0u64..4, 10u64..20, 1u64..4), 1..40)
+            script in prop::collection::vec((0u8..7, 0u64..4, 10u64..20, 1u64..4), 1..40)
         ) {
             let mut state = StoreState::new();
             for (kind, who, section, len) in script {
@@ -853,6 +882,7 @@ mod tests {
                     2 => Command::Assign { moves: vec![(r, alloc)], settled: true },
                     3 => Command::Settle { lease_epoch },
                     4 => Command::SetDraining { alloc, draining: who % 2 == 0 },
+                    5 => Command::ReleaseAlloc { alloc },
                     _ => Command::RemoveAlloc { alloc },
                 };
                 let before = state.control().clone();

@@ -12,6 +12,17 @@
 //! - `teeth-lease-from-receive-time`: the AllocSvr measures its lease from when the heartbeat's
 //!   answer arrived instead of when the heartbeat was sent (`lease::lease_end_ms`): a reply
 //!   delayed by more than about `2 × margin` lets it serve after the store moved its sections.
+//!   Only reachable when the AllocSvr waits that long for a heartbeat's answer: it gives each
+//!   attempt `heartbeat / members` (150 ms to 1.5 s), which under the nemesis's default tuning
+//!   (300 ms, 3 members, margin 200 ms) and `config/cluster.toml` is below `2 × margin`, so
+//!   there the mistake is harmless. The nemesis fault `delay-alloc-replies` in a run with a long
+//!   heartbeat and a short margin (`scripts/test.sh`: lease 9 s, margin 50 ms, heartbeat
+//!   4.45 s) catches it.
+//! - `teeth-lease-on-wall-clock`: the AllocSvr's lease clock (`seqsvr-server`'s `BootInstant`)
+//!   reads `CLOCK_REALTIME` instead of `CLOCK_BOOTTIME`: a wall clock set back (NTP, an
+//!   operator, libfaketime in the nemesis's `clock-jump`) makes a lapsed lease look valid for
+//!   as long as the clock went back. (The store's arbiter reads the same clock in this build;
+//!   the nemesis moves only AllocSvr wall clocks.)
 //! - `teeth-no-alloc-lease-check`: the AllocSvr serves without checking that its lease is still
 //!   valid (it keeps serving its last grant while cut off from the store or after a pause).
 //! - `teeth-no-quorum-check`: the store leader proposes (and answers reads) without a quorum in
@@ -22,6 +33,9 @@
 //! - `teeth-no-control-persist`: applying a change of the control state (registry, assignment,
 //!   lease epochs, route version) does not write it to disk, so a restarted member comes back
 //!   with an older control state than it had applied.
+//! - `teeth-release-before-stop`: on SIGTERM the AllocSvr hands its sections back
+//!   (`ReleaseAlloc`) first and goes on serving its current lease for a while, instead of
+//!   stopping first: the store moves the sections at once and two AllocSvrs serve them.
 
 /// Whether the arbiter's waits are cut short (see the module doc).
 pub const NO_LEASE_WAIT: bool = cfg!(feature = "teeth-no-lease-wait");
@@ -31,6 +45,8 @@ pub const NO_FENCING: bool = cfg!(feature = "teeth-no-fencing");
 pub const BOOTSTRAP_EMPTY_VOTER: bool = cfg!(feature = "teeth-bootstrap-empty-voter");
 /// Whether the AllocSvr's lease runs from the reply's arrival (see the module doc).
 pub const LEASE_FROM_RECEIVE_TIME: bool = cfg!(feature = "teeth-lease-from-receive-time");
+/// Whether leases are measured on the wall clock (see the module doc).
+pub const LEASE_ON_WALL_CLOCK: bool = cfg!(feature = "teeth-lease-on-wall-clock");
 /// Whether the AllocSvr serves without a lease check (see the module doc).
 pub const NO_ALLOC_LEASE_CHECK: bool = cfg!(feature = "teeth-no-alloc-lease-check");
 /// Whether the store leader proposes without a quorum in sight (see the module doc).
@@ -39,6 +55,9 @@ pub const NO_QUORUM_CHECK: bool = cfg!(feature = "teeth-no-quorum-check");
 pub const NO_READINDEX_BEFORE_GRANT: bool = cfg!(feature = "teeth-no-readindex-before-grant");
 /// Whether applied control-state changes are left unwritten (see the module doc).
 pub const NO_CONTROL_PERSIST: bool = cfg!(feature = "teeth-no-control-persist");
+
+/// Whether a shutting-down AllocSvr releases before it stops serving (see the module doc).
+pub const RELEASE_BEFORE_STOP: bool = cfg!(feature = "teeth-release-before-stop");
 
 /// The teeth compiled into this build.
 pub fn enabled() -> Vec<&'static str> {
@@ -55,6 +74,9 @@ pub fn enabled() -> Vec<&'static str> {
     if LEASE_FROM_RECEIVE_TIME {
         on.push("teeth-lease-from-receive-time");
     }
+    if LEASE_ON_WALL_CLOCK {
+        on.push("teeth-lease-on-wall-clock");
+    }
     if NO_ALLOC_LEASE_CHECK {
         on.push("teeth-no-alloc-lease-check");
     }
@@ -66,6 +88,9 @@ pub fn enabled() -> Vec<&'static str> {
     }
     if NO_CONTROL_PERSIST {
         on.push("teeth-no-control-persist");
+    }
+    if RELEASE_BEFORE_STOP {
+        on.push("teeth-release-before-stop");
     }
     on
 }

@@ -20,6 +20,17 @@ pub const LEADER_ADDR_METADATA: &str = "seqsvr-leader-addr";
 /// Binary gRPC metadata key carrying an encoded `RouteTable` on NOT_OWNER answers.
 pub const ROUTE_TABLE_METADATA: &str = "seqsvr-route-table-bin";
 
+/// gRPC metadata key of a request id: taken from the caller when it sends one, passed by an
+/// AllocSvr to the store on the advance a waiting call triggered, and logged with both.
+pub const REQUEST_ID_METADATA: &str = "x-request-id";
+
+/// The caller's request id, if it sent a usable one: 1 to 64 printable ASCII characters.
+pub fn request_id_of(metadata: &tonic::metadata::MetadataMap) -> Option<&str> {
+    let id = metadata.get(REQUEST_ID_METADATA)?.to_str().ok()?;
+    let usable = (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_graphic());
+    usable.then_some(id)
+}
+
 /// Largest gRPC message we send or accept: Raft snapshots carry a whole set's state machine.
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
 
@@ -44,6 +55,18 @@ pub fn parse_grpc_timeout(text: &str) -> Option<std::time::Duration> {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn request_ids_are_short_printable_ascii() {
+        let mut m = tonic::metadata::MetadataMap::new();
+        assert_eq!(request_id_of(&m), None);
+        m.insert(REQUEST_ID_METADATA, "abc-123".parse().unwrap());
+        assert_eq!(request_id_of(&m), Some("abc-123"));
+        m.insert(REQUEST_ID_METADATA, "x".repeat(65).parse().unwrap());
+        assert_eq!(request_id_of(&m), None, "too long");
+        m.insert(REQUEST_ID_METADATA, "a b".parse().unwrap());
+        assert_eq!(request_id_of(&m), None, "not printable without spaces");
+    }
 
     #[test]
     fn grpc_timeouts_parse() {

@@ -3,8 +3,12 @@
 //! Binaries stay thin: parse flags, build a config, call [`serve`].
 //!
 //! [`clock`]: the clock leases are measured on (`CLOCK_BOOTTIME`, which counts suspends).
+//! [`metrics`]: the Prometheus exporter (`--metrics-addr`).
+//! [`grpc`]: reflection (v1 and v1alpha) and a health reporter every server shares.
 
 pub mod clock;
+pub mod grpc;
+pub mod metrics;
 
 pub use clock::BootInstant;
 
@@ -15,7 +19,12 @@ use std::process::ExitCode;
 pub fn init_tracing(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colour codes only for a person at a terminal, never into log files or a collector.
+    use std::io::IsTerminal as _;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     if format == "json" {
         builder.json().init();
     } else {

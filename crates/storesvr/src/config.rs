@@ -52,6 +52,10 @@ pub struct Args {
     /// `addr` in the cluster file; required for a member the file does not list (one added later).
     #[arg(long, env = "SEQSVR_ADDR")]
     pub addr: Option<String>,
+    /// Where to serve Prometheus metrics (`GET /metrics`): `auto` (the listen address with its
+    /// port + 10000), `off`, or HOST:PORT.
+    #[arg(long, env = "SEQSVR_METRICS_ADDR", default_value = "auto")]
+    pub metrics_addr: String,
     /// Log format: `text` or `json`. Filter with RUST_LOG (default `info`).
     #[arg(long, env = "SEQSVR_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
@@ -71,6 +75,8 @@ pub struct NodeConfig {
     pub node_id: NodeId,
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
+    /// Where `/metrics` is served; None: not at all.
+    pub metrics: Option<SocketAddr>,
     /// The address others dial (the cluster file's, or `--addr`).
     pub addr: String,
     /// The members the cluster file lists (this one included when listed): the initial voters
@@ -132,11 +138,13 @@ impl NodeConfig {
             bail!("member addr {addr:?} is not host:port");
         };
         let listen = args.listen.unwrap_or(default);
+        let metrics = seqsvr_server::metrics::metrics_addr(&args.metrics_addr, listen)?;
         Ok(NodeConfig {
             set_id,
             node_id,
             data_dir: args.data_dir.clone(),
             listen,
+            metrics,
             addr,
             members: set.stores.iter().map(|m| (m.id, m.addr.clone())).collect(),
             initial_cluster_state: args.initial_cluster_state,

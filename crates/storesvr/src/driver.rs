@@ -130,6 +130,7 @@ pub struct AllocLeaseView {
     pub addr: String,
     pub draining: bool,
     pub replaced: bool,
+    pub released: bool,
     pub expired: bool,
     pub ms_since_grant: Option<u64>,
     pub lease_left_ms: u64,
@@ -227,6 +228,16 @@ pub enum Input {
     Drain {
         alloc: AllocId,
         drain: bool,
+        reply: Reply<()>,
+    },
+    /// Shutting down: if leader, hand leadership to the most up-to-date voter that may lead.
+    /// Answers the target, or None (not leader, or nobody to hand it to).
+    StepDown {
+        reply: Reply<Option<NodeId>>,
+    },
+    /// The AllocSvr stopped serving for good (see `Command::ReleaseAlloc`).
+    Release {
+        alloc: AllocId,
         reply: Reply<()>,
     },
     Read {
@@ -339,6 +350,15 @@ impl DriverHandle {
         wait: Duration,
     ) -> Result<(), RequestError> {
         self.call(wait, |reply| Input::Drain { alloc, drain, reply }).await
+    }
+
+    /// See [`Input::StepDown`].
+    pub async fn step_down(&self, wait: Duration) -> Result<Option<NodeId>, RequestError> {
+        self.call(wait, |reply| Input::StepDown { reply }).await
+    }
+
+    pub async fn release(&self, alloc: AllocId, wait: Duration) -> Result<(), RequestError> {
+        self.call(wait, |reply| Input::Release { alloc, reply }).await
     }
 
     pub async fn read(
@@ -518,6 +538,19 @@ pub struct Driver {
     clock: BootInstant,
     /// The term in which a blocked vote was last logged (one line per term, not per message).
     vote_block_logged_term: u64,
+    metrics: crate::metrics::StoreMetrics,
+    /// The leader id published last (a change counts in `leader_changes` and is logged).
+    published_leader: u64,
+    /// Whether this member knows a leader with a quorum in sight, and why not: what the
+    /// StoreSvr's gRPC health reports.
+    serving: watch::Sender<Serving>,
+}
+
+/// What health reports for this member (see `Driver::serving`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Serving {
+    pub serving: bool,
+    pub reason: &'static str,
 }
 
 /// Creates the channel the driver reads; the sender half goes to the transport and handlers.
@@ -558,6 +591,9 @@ impl Driver {
             arbiter: TermSlot::default(),
             clock: BootInstant::now(),
             vote_block_logged_term: 0,
+            metrics: crate::metrics::StoreMetrics::new(),
+            published_leader: raft::INVALID_ID,
+            serving: watch::channel(Serving { serving: false, reason: "starting" }).0,
         })
         .map(|mut driver| {
             driver.sync_peers();
@@ -572,6 +608,11 @@ impl Driver {
             }
             driver
         })
+    }
+
+    /// Follows whether this member knows a leader with a quorum in sight (updated every tick).
+    pub fn serving(&self) -> watch::Receiver<Serving> {
+        self.serving.subscribe()
     }
 
     /// Runs until `shutdown` flips or every sender is gone. An `Err` is a storage fault: the
@@ -596,6 +637,7 @@ impl Driver {
                         self.node.tick();
                     }
                     self.arbitrate();
+                    self.publish();
                 }
                 input = rx.recv() => {
                     let Some(input) = input else { break };
@@ -690,8 +732,12 @@ impl Driver {
             }
             Input::Peer(PeerReport::Unreachable(to)) => self.node.report_unreachable(to.0),
             Input::Peer(PeerReport::Snapshot { to, delivered }) => {
-                let status =
-                    if delivered { SnapshotStatus::Finish } else { SnapshotStatus::Failure };
+                let status = if delivered {
+                    self.metrics.snapshots_sent.increment(1);
+                    SnapshotStatus::Finish
+                } else {
+                    SnapshotStatus::Failure
+                };
                 self.node.report_snapshot(to.0, status);
             }
             Input::Advance { alloc, sections, reply } => {
@@ -728,6 +774,13 @@ impl Driver {
             Input::Drain { alloc, drain, reply } => {
                 let command = Command::SetDraining { alloc, draining: drain };
                 self.propose(command, ProposalReply::Done(reply));
+            }
+            Input::StepDown { reply } => {
+                let _ = reply.send(Ok(self.step_down()));
+            }
+            Input::Release { alloc, reply } => {
+                tracing::info!(alloc = %alloc, "AllocSvr hands its sections back (graceful shutdown)");
+                self.propose(Command::ReleaseAlloc { alloc }, ProposalReply::Done(reply));
             }
             Input::Read { sections, reply } => self.read(ReadKind::MaxSeq { sections, reply }),
             Input::Load { range, reply } => self.read(ReadKind::Load { range, reply }),
@@ -770,6 +823,29 @@ impl Driver {
         }
     }
 
+    /// Before a graceful exit: a leader hands leadership to the voter with the most of the log
+    /// among those heard from lately and not vote-blocked, so the set elects no one by timeout.
+    fn step_down(&mut self) -> Option<NodeId> {
+        if self.node.raft.state != StateRole::Leader {
+            return None;
+        }
+        let now = Instant::now();
+        let raft = &self.node.raft;
+        let target = self
+            .node
+            .store()
+            .conf_state()
+            .voters
+            .iter()
+            .copied()
+            .filter(|&v| v != self.config.node_id.0 && !self.blocked_peers.contains(&v))
+            .filter(|&v| self.heard_within_election_timeout(v, now))
+            .max_by_key(|v| raft.prs().get(*v).map_or(0, |p| p.matched))?;
+        tracing::info!(to = target, "shutting down: transferring leadership first");
+        self.node.transfer_leader(target);
+        Some(NodeId(target))
+    }
+
     /// A member that holds nothing but a new set's bootstrap (log at index/term 5) refuses votes
     /// to candidates past it. At a set's creation every candidate is at the bootstrap too; later,
     /// such a member is one that never heard from a leader, or one whose lost data dir was
@@ -803,9 +879,11 @@ impl Driver {
             return;
         }
         let arbiter = matches!(reply, ProposalReply::Arbiter);
-        let pending = Pending { term: self.node.raft.term, arbiter, reply };
+        let pending =
+            Pending { term: self.node.raft.term, arbiter, proposed_at: Instant::now(), reply };
         if let Some(displaced) = self.proposals.insert(index, pending) {
             // Ours from an earlier term, overwritten: it will never apply.
+            self.metrics.proposals_failed.increment(1);
             displaced.reply.answer(index, Err(RequestError::Superseded));
         }
     }
@@ -991,14 +1069,10 @@ impl Driver {
 
     /// How many of `voters` this leader heard from within an election timeout (itself counts).
     fn heard_of(&self, voters: &[u64]) -> usize {
-        let window = self.config.tick * self.config.election_ticks as u32;
         let now = Instant::now();
         voters
             .iter()
-            .filter(|&&v| {
-                v == self.config.node_id.0
-                    || self.last_heard.get(&v).is_some_and(|&t| now.duration_since(t) < window)
-            })
+            .filter(|&&v| v == self.config.node_id.0 || self.heard_within_election_timeout(v, now))
             .count()
     }
 
@@ -1206,6 +1280,7 @@ impl Driver {
                     addr: r.addr.clone(),
                     draining: r.draining,
                     replaced: r.replaced,
+                    released: r.released,
                     expired: arbiter.is_expired(id),
                     ms_since_grant: last.map(|t| now.saturating_sub(t)),
                     lease_left_ms: last.map_or(0, |t| (t + lease.lease_ms).saturating_sub(now)),
@@ -1228,23 +1303,99 @@ impl Driver {
         if self.node.raft.state != StateRole::Leader {
             return Err(RequestError::NotLeader { leader: self.leader_hint() });
         }
-        let voters = &self.node.store().conf_state().voters;
-        let window = self.config.tick * self.config.election_ticks as u32;
-        let now = Instant::now();
-        let heard = voters
-            .iter()
-            .filter(|&&v| {
-                v == self.config.node_id.0
-                    || self.last_heard.get(&v).is_some_and(|&t| now.duration_since(t) < window)
-            })
-            .count();
-        if heard <= voters.len() / 2 && !seqsvr_core::teeth::NO_QUORUM_CHECK {
-            return Err(RequestError::NoQuorum { heard, voters: voters.len() });
+        let (heard, voters) = self.voters_heard();
+        if heard <= voters / 2 && !seqsvr_core::teeth::NO_QUORUM_CHECK {
+            return Err(RequestError::NoQuorum { heard, voters });
         }
         if pending >= pending_max {
             return Err(RequestError::Overloaded);
         }
         Ok(())
+    }
+
+    /// Voters heard from within one election timeout (this member counts itself), and all
+    /// voters.
+    fn voters_heard(&self) -> (usize, usize) {
+        let voters = &self.node.store().conf_state().voters;
+        (self.heard_of(voters), voters.len())
+    }
+
+    fn heard_within_election_timeout(&self, peer: u64, now: Instant) -> bool {
+        let window = self.config.tick * self.config.election_ticks as u32;
+        self.last_heard.get(&peer).is_some_and(|&t| now.duration_since(t) < window)
+    }
+
+    /// Whether this member knows a leader that has a quorum in sight: the leader itself heard
+    /// from a majority within an election timeout, or a follower heard from its leader within
+    /// one (check_quorum makes a leader without a quorum step down within that time).
+    fn serving_now(&self) -> Serving {
+        let raft = &self.node.raft;
+        match raft.state {
+            StateRole::Leader => {
+                let (heard, voters) = self.voters_heard();
+                if heard > voters / 2 {
+                    Serving { serving: true, reason: "leader with a quorum in sight" }
+                } else {
+                    Serving { serving: false, reason: "leader without a quorum in sight" }
+                }
+            }
+            _ if raft.leader_id == raft::INVALID_ID => {
+                Serving { serving: false, reason: "no leader known (election in progress?)" }
+            }
+            _ if self.heard_within_election_timeout(raft.leader_id, Instant::now()) => {
+                Serving { serving: true, reason: "follower of a live leader" }
+            }
+            _ => Serving { serving: false, reason: "the leader has not been heard from lately" },
+        }
+    }
+
+    /// Once per tick: gauges, leader changes, and the health state.
+    fn publish(&mut self) {
+        let raft = &self.node.raft;
+        let store = self.node.store();
+        let m = &self.metrics;
+        let leader = raft.leader_id;
+        m.is_leader.set(if raft.state == StateRole::Leader { 1.0 } else { 0.0 });
+        m.term.set(raft.term as f64);
+        m.commit_index.set(raft.raft_log.committed as f64);
+        m.applied_index.set(store.applied_index() as f64);
+        m.last_index.set(raft.raft_log.last_index() as f64);
+        m.proposals_pending.set(self.proposals.len() as f64);
+        m.vote_blocked.set(if store.vote_blocked() { 1.0 } else { 0.0 });
+        let control = store.state().control();
+        let registered = control.allocs.values().filter(|a| !a.replaced).count();
+        let unsettled: u64 = control
+            .assignment
+            .runs()
+            .filter(|(_, owner)| !owner.settled)
+            .map(|(range, _)| range.len())
+            .sum();
+        m.allocsvrs_registered.set(registered as f64);
+        m.sections_unsettled.set(unsettled as f64);
+        let serving = self.serving_now();
+        m.has_leader.set(if serving.serving { 1.0 } else { 0.0 });
+        if leader != self.published_leader {
+            m.leader_changes.increment(1);
+            tracing::info!(term = raft.term, leader, previous = self.published_leader,
+                role = ?raft.state, "leader changed");
+            self.published_leader = leader;
+        }
+        self.serving.send_if_modified(|current| {
+            let changed = *current != serving;
+            *current = serving;
+            changed
+        });
+    }
+
+    /// A tracked proposal answered at apply: committed (its entry applied, whatever the state
+    /// machine said) or failed (superseded, or covered by a snapshot).
+    fn observe_answered(&self, proposed_at: Instant, applied: bool) {
+        if applied {
+            self.metrics.proposals_committed.increment(1);
+            self.metrics.proposal_apply.record(proposed_at.elapsed().as_secs_f64());
+        } else {
+            self.metrics.proposals_failed.increment(1);
+        }
     }
 
     fn leader_hint(&self) -> Option<(NodeId, String)> {
@@ -1301,13 +1452,19 @@ impl Driver {
         // 3.
         let snapshot = (!ready.snapshot().is_empty()).then(|| ready.snapshot().clone());
         if let Some(s) = &snapshot {
+            self.metrics.snapshots_received.increment(1);
             tracing::info!(
                 index = s.get_metadata().index,
                 term = s.get_metadata().term,
                 "installing snapshot"
             );
         }
+        let write_started = Instant::now();
+        let writes = snapshot.is_some() || !ready.entries().is_empty() || ready.hs().is_some();
         self.node.mut_store().persist(snapshot.as_ref(), ready.entries(), ready.hs())?;
+        if writes {
+            self.metrics.synced_write.record(write_started.elapsed().as_secs_f64());
+        }
         if snapshot.is_some() {
             // The snapshot carried the membership: dial whoever it names.
             self.sync_peers();
@@ -1429,6 +1586,7 @@ impl Driver {
         }
         for (index, term, result) in answers {
             if let Some((p, outcome)) = self.proposals.take_applied(index, term) {
+                self.observe_answered(p.proposed_at, outcome.is_ok());
                 let answer = match outcome {
                     Ok(()) => result.map_err(RequestError::Rejected),
                     Err(unapplied) => Err(unapplied_error(unapplied)),
@@ -1446,6 +1604,7 @@ impl Driver {
         }
         for (index, term) in conf_answers {
             if let Some((p, outcome)) = self.proposals.take_applied(index, term) {
+                self.observe_answered(p.proposed_at, outcome.is_ok());
                 match (p.reply, outcome) {
                     (ProposalReply::Membership(reply), Ok(())) => {
                         let done = MembershipDone {
@@ -1466,6 +1625,7 @@ impl Driver {
         }
         // Proposals at applied indexes never seen applying: a snapshot covered them.
         for (index, p, unapplied) in self.proposals.drain_applied(applied_index) {
+            self.metrics.proposals_failed.increment(1);
             p.reply.answer(index, Err(unapplied_error(unapplied)));
         }
         Ok(())
@@ -1568,6 +1728,7 @@ impl Driver {
 
     fn fail_all(&mut self, error: RequestError) {
         for (index, p) in self.proposals.drain_all() {
+            self.metrics.proposals_failed.increment(1);
             p.reply.answer(index, Err(error.clone()));
         }
         for (_, r) in self.reads.drain() {

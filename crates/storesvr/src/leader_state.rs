@@ -15,6 +15,8 @@ pub struct Pending<R> {
     pub term: u64,
     /// Proposed by the arbiter (a planning round waits for these).
     pub arbiter: bool,
+    /// When it was proposed (for the proposal-to-apply latency).
+    pub proposed_at: std::time::Instant,
     pub reply: R,
 }
 
@@ -182,7 +184,7 @@ mod tests {
     use super::*;
 
     fn pending(term: u64, arbiter: bool, tag: &'static str) -> Pending<&'static str> {
-        Pending { term, arbiter, reply: tag }
+        Pending { term, arbiter, proposed_at: std::time::Instant::now(), reply: tag }
     }
 
     #[test]

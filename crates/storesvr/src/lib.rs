@@ -7,11 +7,14 @@
 //! - [`driver`]: the Ready loop; the only owner of the `RawNode`.
 //! - [`transport`]: Raft messages to peers over gRPC, one bounded queue per peer.
 //! - [`service`]: the gRPC services and the mapping of errors to status codes.
+//! - [`metrics`]: the Prometheus series the driver publishes; health (SERVING only while this
+//!   member knows a leader with a quorum in sight) follows [`driver::Driver::serving`].
 //! - `raft_log`: raft-rs's slog records into `tracing`.
 
 pub mod config;
 pub mod driver;
 pub mod leader_state;
+pub mod metrics;
 mod raft_log;
 pub mod service;
 pub mod storage;
@@ -19,6 +22,7 @@ pub mod transport;
 
 use anyhow::Context;
 use config::{InitialClusterState, NodeConfig};
+use seqsvr_core::ids::NodeId;
 use seqsvr_proto::v1::raft_transport_server::RaftTransportServer;
 use seqsvr_proto::v1::store_admin_server::StoreAdminServer;
 use seqsvr_proto::v1::store_service_server::StoreServiceServer;
@@ -44,6 +48,11 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
         refuse_new_if_the_set_exists(&config).await?;
     }
     let storage = NodeStorage::open(&config.data_dir, identity, &bootstrap)?;
+    if let Some(addr) = config.metrics {
+        // Before the driver registers its series: handles made earlier would record nothing.
+        let labels = [("set", config.set_id.0.to_string()), ("node", config.node_id.0.to_string())];
+        seqsvr_server::metrics::install(addr, &labels)?;
+    }
     tracing::info!(
         set = %config.set_id, node = %config.node_id, data_dir = %config.data_dir.display(),
         fresh, bootstrap = ?(fresh.then_some(&bootstrap)),
@@ -85,6 +94,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
 
+    let mut serving = driver.serving();
     let (stop_driver, stop_rx) = watch::channel(false);
     let (driver_done_tx, driver_done) = oneshot::channel();
     let driver_thread =
@@ -114,18 +124,38 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
         max_batch_sections: config.tuning.max_batch_sections,
         request_timeout: Duration::from_millis(config.tuning.request_timeout_ms),
     };
-    let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<StoreServiceServer<service::ServiceContext>>().await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(seqsvr_proto::v1::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
+    let services = [
+        <StoreServiceServer<service::ServiceContext> as tonic::server::NamedService>::NAME,
+        <RaftTransportServer<service::ServiceContext> as tonic::server::NamedService>::NAME,
+        <StoreAdminServer<service::ServiceContext> as tonic::server::NamedService>::NAME,
+    ];
+    let (health, health_service) = seqsvr_server::grpc::Health::new(&services).await;
+    let (reflection_v1, reflection_v1alpha) = seqsvr_server::grpc::reflection(&services)?;
+    // Health follows the driver: SERVING only while this member knows a leader with a quorum.
+    tokio::spawn(async move {
+        loop {
+            let now = serving.borrow_and_update().clone();
+            health.set(now.serving, now.reason).await;
+            if serving.changed().await.is_err() {
+                health.set(false, "raft driver stopped").await;
+                return;
+            }
+        }
+    });
 
     tracing::info!(listen = %config.listen, addr = %config.addr, "storesvr serving");
     let mut driver_done = Some(driver_done);
     let mut driver_result = None;
+    let handle_for_exit = context.driver.clone();
+    let election_timeout = Duration::from_millis(config.tuning.tick_ms)
+        .saturating_mul(config.tuning.election_ticks as u32);
+    let node_id = config.node_id;
     let stop = async {
         tokio::select! {
-            _ = shutdown => tracing::info!("shutting down"),
+            _ = shutdown => {
+                tracing::info!("shutting down");
+                hand_off_leadership(&handle_for_exit, node_id, election_timeout * 2).await;
+            }
             result = driver_done.as_mut().expect("set above") => {
                 driver_result = Some(result.unwrap_or_else(|_| Err(anyhow::anyhow!("raft driver thread died"))));
             }
@@ -134,7 +164,8 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(health_service)
-        .add_service(reflection)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         .add_service(
             StoreServiceServer::new(context.clone())
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -162,6 +193,33 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
     };
     let _ = driver_thread.join();
     result.context("raft driver stopped on a storage fault; refusing to serve")
+}
+
+/// A leader about to exit hands leadership to the most up-to-date voter and waits (up to
+/// `within`) until another member leads, so the set does not wait an election timeout for it.
+async fn hand_off_leadership(driver: &driver::DriverHandle, node: NodeId, within: Duration) {
+    let target = match driver.step_down(within).await {
+        Ok(Some(target)) => target,
+        Ok(None) => return, // not the leader, or nobody able to take over
+        Err(e) => {
+            tracing::warn!(error = %e, "could not hand leadership over before exiting");
+            return;
+        }
+    };
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        match driver.status().await {
+            Ok(s) if s.leader_id != node.0 && s.leader_id != 0 => {
+                tracing::info!(leader = s.leader_id, "leadership handed over; exiting");
+                return;
+            }
+            Ok(_) => {}
+            Err(_) => return,
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tracing::warn!(to = %target, ?within,
+        "leadership transfer did not finish in time: exiting anyway (the others elect a leader)");
 }
 
 /// `--initial-cluster-state new` on an empty data dir creates the set: refuse when another

@@ -29,7 +29,10 @@ impl slog::Drain for TracingDrain {
                 tracing::error!(target: "raft", "{msg}{}", kv.0)
             }
             slog::Level::Warning => tracing::warn!(target: "raft", "{msg}{}", kv.0),
-            slog::Level::Info => tracing::info!(target: "raft", "{msg}{}", kv.0),
+            slog::Level::Info if reports_a_state_change(&msg.to_string()) => {
+                tracing::info!(target: "raft", "{msg}{}", kv.0)
+            }
+            slog::Level::Info => tracing::debug!(target: "raft", "{msg}{}", kv.0),
             slog::Level::Debug | slog::Level::Trace => {
                 tracing::debug!(target: "raft", "{msg}{}", kv.0)
             }
@@ -38,7 +41,36 @@ impl slog::Drain for TracingDrain {
     }
 }
 
+/// Whether a raft-rs info line reports a change an operator needs (a role change, an election,
+/// a snapshot restored); the rest of raft-rs's info chatter (`switched to configuration`, votes
+/// cast and received, messages ignored) goes to debug.
+fn reports_a_state_change(msg: &str) -> bool {
+    const KEPT: [&str; 4] = ["became ", "starting a new election", "restored snapshot", "transfer"];
+    KEPT.iter().any(|k| msg.contains(k))
+}
+
 /// A root `slog::Logger` for raft-rs that writes into `tracing`.
 pub fn logger() -> slog::Logger {
     slog::Logger::root(TracingDrain, slog::o!())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reports_a_state_change;
+
+    #[test]
+    fn role_changes_stay_at_info_and_chatter_goes_to_debug() {
+        assert!(reports_a_state_change("became leader at term 3"));
+        assert!(reports_a_state_change("became follower at term 4"));
+        assert!(reports_a_state_change("starting a new election"));
+        assert!(reports_a_state_change(
+            "[commit: 10, term: 2] restored snapshot [index: 10, term: 2]"
+        ));
+        assert!(reports_a_state_change("[term 3] starts to transfer leadership to 2"));
+        assert!(!reports_a_state_change("switched to configuration"));
+        assert!(!reports_a_state_change("received votes response"));
+        assert!(!reports_a_state_change(
+            "[logterm: 2, index: 9, vote: 0] cast vote for 1 [logterm: 2, index: 9] at term 3"
+        ));
+    }
 }

@@ -184,6 +184,7 @@ impl pb::store_service_server::StoreService for ServiceContext {
         request: Request<pb::AdvanceMaxSeqRequest>,
     ) -> Result<Response<pb::AdvanceMaxSeqResponse>, Status> {
         let wait = self.wait_for(&request);
+        let request_id = seqsvr_proto::request_id_of(request.metadata()).unwrap_or("-").to_string();
         let request = request.into_inner();
         let alloc = (request.alloc_id != 0).then_some(AllocId(request.alloc_id));
         let sections: Vec<SectionAdvance> = request
@@ -197,7 +198,14 @@ impl pb::store_service_server::StoreService for ServiceContext {
             .collect();
         validate_advance(self.sections, self.max_batch_sections, &sections)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let done = self.driver.advance(alloc, sections, wait).await.map_err(to_status)?;
+        let n_sections = sections.len();
+        let done = self.driver.advance(alloc, sections, wait).await.map_err(|e| {
+            tracing::debug!(alloc = ?alloc.map(|a| a.0), n_sections, request_id, error = %e,
+                "advance not committed");
+            to_status(e)
+        })?;
+        tracing::debug!(alloc = ?alloc.map(|a| a.0), n_sections, request_id,
+            applied_index = done.applied_index, "advance committed");
         Ok(Response::new(pb::AdvanceMaxSeqResponse {
             sections: max_seq_pb(&done.sections),
             applied_index: done.applied_index,
@@ -260,6 +268,19 @@ impl pb::store_service_server::StoreService for ServiceContext {
                 .collect(),
             route_table: grant.route.map(|v| self.route_table(v)),
         }))
+    }
+
+    async fn release_alloc(
+        &self,
+        request: Request<pb::ReleaseAllocRequest>,
+    ) -> Result<Response<pb::ReleaseAllocResponse>, Status> {
+        let wait = self.wait_for(&request);
+        let alloc = request.into_inner().alloc_id;
+        if alloc == 0 {
+            return Err(Status::invalid_argument("alloc_id 0 is not an AllocSvr registration"));
+        }
+        self.driver.release(AllocId(alloc), wait).await.map_err(to_status)?;
+        Ok(Response::new(pb::ReleaseAllocResponse {}))
     }
 
     async fn get_max_seq(
@@ -381,6 +402,7 @@ impl pb::store_admin_server::StoreAdmin for ServiceContext {
                     addr: a.addr,
                     draining: a.draining,
                     replaced: a.replaced,
+                    released: a.released,
                     expired: a.expired,
                     ms_since_grant: a.ms_since_grant.map_or(-1, |m| m as i64),
                     lease_left_ms: a.lease_left_ms as i64,

@@ -77,6 +77,10 @@ pub enum StorageFault {
     Corrupt { path: PathBuf, reason: String },
 }
 
+/// In-memory encodes of our own records cannot fail; if one did, writing empty bytes to disk
+/// would be far worse than stopping the process.
+const ENCODES: &str = "encoding an in-memory record cannot fail";
+
 /// Who this data dir belongs to; written once at creation and checked at every start, so a data
 /// dir is never served by the wrong member or set.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,7 +112,7 @@ pub enum Bootstrap {
 
 /// A snapshot's payload: the member directory and the state machine.
 pub fn encode_snapshot_data(members: &Members, state: &[u8]) -> Vec<u8> {
-    let members = serde_json::to_vec(members).unwrap_or_default();
+    let members = serde_json::to_vec(members).expect(ENCODES);
     let mut out = Vec::with_capacity(SNAPSHOT_MAGIC.len() + 4 + members.len() + state.len());
     out.extend_from_slice(SNAPSHOT_MAGIC);
     out.extend_from_slice(&(members.len() as u32).to_be_bytes());
@@ -221,13 +225,13 @@ impl NodeStorage {
             let hard_state =
                 HardState { term: start_term, vote: 0, commit: start, ..Default::default() };
             let mut batch = WriteBatch::default();
-            batch.put(KEY_IDENTITY, serde_json::to_vec(&identity).unwrap_or_default());
-            batch.put(KEY_MEMBERS, serde_json::to_vec(&members).unwrap_or_default());
+            batch.put(KEY_IDENTITY, serde_json::to_vec(&identity).expect(ENCODES));
+            batch.put(KEY_MEMBERS, serde_json::to_vec(&members).expect(ENCODES));
             if vote_blocked {
                 batch.put(KEY_VOTE_BLOCKED, [1u8]);
             }
-            batch.put(KEY_HARD_STATE, hard_state.write_to_bytes().unwrap_or_default());
-            batch.put(KEY_CONF_STATE, cs.write_to_bytes().unwrap_or_default());
+            batch.put(KEY_HARD_STATE, hard_state.write_to_bytes().expect(ENCODES));
+            batch.put(KEY_CONF_STATE, cs.write_to_bytes().expect(ENCODES));
             batch.put(KEY_TRUNCATED, encode_pair(start, start_term));
             batch.put(KEY_APPLIED, start.to_be_bytes());
             db.write_opt(batch, &synced()).map_err(rocks(path))?;
@@ -431,9 +435,9 @@ impl NodeStorage {
             batch.put(KEY_CONTROL, new_state.control().encode());
             batch.put(KEY_TRUNCATED, encode_pair(meta.index, meta.term));
             batch.put(KEY_APPLIED, meta.index.to_be_bytes());
-            batch.put(KEY_CONF_STATE, meta.get_conf_state().write_to_bytes().unwrap_or_default());
+            batch.put(KEY_CONF_STATE, meta.get_conf_state().write_to_bytes().expect(ENCODES));
             if let Some(m) = &members {
-                batch.put(KEY_MEMBERS, serde_json::to_vec(m).unwrap_or_default());
+                batch.put(KEY_MEMBERS, serde_json::to_vec(m).expect(ENCODES));
             }
             restored =
                 Some((meta.index, meta.term, meta.get_conf_state().clone(), new_state, members));
@@ -458,7 +462,7 @@ impl NodeStorage {
             }
             for (i, e) in entries.iter().enumerate() {
                 assert_eq!(e.index, first.index + i as u64, "entries of one Ready are contiguous");
-                batch.put(log_key(e.index), e.write_to_bytes().unwrap_or_default());
+                batch.put(log_key(e.index), e.write_to_bytes().expect(ENCODES));
                 terms.push_back(e.term);
             }
         }
@@ -469,7 +473,7 @@ impl NodeStorage {
             hs.commit = hs.commit.max(*index);
         }
         if let Some(hs) = &new_hard_state {
-            batch.put(KEY_HARD_STATE, hs.write_to_bytes().unwrap_or_default());
+            batch.put(KEY_HARD_STATE, hs.write_to_bytes().expect(ENCODES));
         }
         if batch.is_empty() {
             return Ok(());
@@ -513,10 +517,10 @@ impl NodeStorage {
             batch.put(KEY_CONTROL, self.state.control().encode());
         }
         if let Some(cs) = &applied.conf_state {
-            batch.put(KEY_CONF_STATE, cs.write_to_bytes().unwrap_or_default());
+            batch.put(KEY_CONF_STATE, cs.write_to_bytes().expect(ENCODES));
         }
         if let Some(m) = &applied.members {
-            batch.put(KEY_MEMBERS, serde_json::to_vec(m).unwrap_or_default());
+            batch.put(KEY_MEMBERS, serde_json::to_vec(m).expect(ENCODES));
         }
         if applied.vote_unblocked {
             batch.delete(KEY_VOTE_BLOCKED);
@@ -525,7 +529,7 @@ impl NodeStorage {
         if let Some(commit) = applied.commit_index.filter(|&c| c > self.hard_state.commit) {
             let mut h = self.hard_state.clone();
             h.commit = commit;
-            batch.put(KEY_HARD_STATE, h.write_to_bytes().unwrap_or_default());
+            batch.put(KEY_HARD_STATE, h.write_to_bytes().expect(ENCODES));
             hs = Some(h);
         }
         batch.put(KEY_APPLIED, applied.applied_index.to_be_bytes());

@@ -157,7 +157,10 @@ impl Peer {
             let request = RaftMessageBatch {
                 set_id: self.set_id.0,
                 from: self.from.0,
-                messages: batch.iter().map(|m| m.write_to_bytes().unwrap_or_default()).collect(),
+                messages: batch
+                    .iter()
+                    .map(|m| m.write_to_bytes().expect("a raft message encodes"))
+                    .collect(),
                 from_addr: self.from_addr.clone(),
                 sender_vote_blocked: self.vote_blocked.load(Ordering::Relaxed),
             };

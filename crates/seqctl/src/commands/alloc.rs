@@ -193,7 +193,8 @@ pub struct AllocRow {
     pub set: u64,
     pub alloc_id: u64,
     pub addr: String,
-    /// live, draining, expired (no heartbeat for a lease: never granted again) or replaced.
+    /// live, draining, released (handed its sections back on SIGTERM), expired (no heartbeat
+    /// for a lease: never granted again) or replaced.
     pub state: String,
     pub n_sections: u64,
     /// How long its last grant may still be valid (0: lapsed).
@@ -205,17 +206,21 @@ pub struct AllocRow {
     #[tabled(skip)]
     pub replaced: bool,
     #[tabled(skip)]
+    pub released: bool,
+    #[tabled(skip)]
     pub expired: bool,
 }
 
 impl Row for AllocRow {
-    const JSON_ONLY: &'static [&'static str] = &["draining", "replaced", "expired"];
+    const JSON_ONLY: &'static [&'static str] = &["draining", "replaced", "released", "expired"];
 }
 
 impl AllocRow {
     fn new(set: u64, a: &pb::AllocLease) -> AllocRow {
         let state = if a.replaced {
             "replaced"
+        } else if a.released {
+            "released"
         } else if a.expired {
             "expired"
         } else if a.draining {
@@ -233,6 +238,7 @@ impl AllocRow {
             ms_since_grant: a.ms_since_grant,
             draining: a.draining,
             replaced: a.replaced,
+            released: a.released,
             expired: a.expired,
         }
     }
@@ -464,6 +470,7 @@ pub(crate) mod tests {
                     addr: "127.0.0.1:7201".into(),
                     draining: false,
                     replaced: false,
+                    released: false,
                     expired: false,
                     ms_since_grant: 120,
                     lease_left_ms: 2880,
@@ -474,6 +481,7 @@ pub(crate) mod tests {
                     addr: "127.0.0.1:7202".into(),
                     draining: true,
                     replaced: false,
+                    released: false,
                     expired: false,
                     ms_since_grant: -1,
                     lease_left_ms: 0,

@@ -184,6 +184,45 @@ fn regrant_with_new_epoch_reloads_and_dropped_sections_stop() {
     assert_eq!(t.counts(), (1, 0), "the reload dropped the old cur_seq array");
 }
 
+/// A failed load drops its section on its own; an empty grant after that (a registration lost
+/// and renewed, or a hand-back) must still drop every other section: skipped as "unchanged",
+/// the table would go on serving sections the store gave to someone else.
+#[test]
+fn an_empty_grant_after_a_dropped_section_drops_everything() {
+    let mut t = AllocTable::new(config(10));
+    let first = SectionRange::new(SectionId(0), SectionId(2)).unwrap();
+    let runs = t.grant(&[(first, 1)]);
+    t.loaded(runs[0].0, 1, &BTreeMap::from([(SectionId(0), 100), (SectionId(1), 100)]));
+    assert_eq!(t.current(1), Ok(100));
+    let more = SectionRange::new(SectionId(2), SectionId(3)).unwrap();
+    let to_load = t.grant(&[(first, 1), (more, 2)]);
+    assert_eq!(to_load, vec![(more, 2)]);
+    t.drop_section(SectionId(2)); // its load failed
+    assert!(t.grant(&[]).is_empty());
+    assert_eq!(t.current(1), Err(SeqError::NotOwned(SectionId(0))));
+    assert_eq!(t.usage(), TableUsage::default());
+}
+
+#[test]
+fn usage_counts_sections_by_state_and_cur_seq_memory() {
+    let mut t = AllocTable::new(config(10));
+    assert_eq!(t.usage(), TableUsage::default());
+    let runs = t.grant(&all(3, 1));
+    assert_eq!(t.usage().sections_loading, 3);
+    t.loaded(runs[0].0, 1, &BTreeMap::from([(SectionId(0), 100), (SectionId(1), 100)]));
+    let u = t.usage();
+    assert_eq!((u.sections_ready, u.sections_loading, u.sections_touched), (3, 0, 0));
+    let mut store = BTreeMap::new();
+    for uid in [1, 15] {
+        let _ = t.next(uid); // wants an advance: the loaded max_seq is all used
+        commit_wanted(&mut t, &mut store);
+        assert!(t.next(uid).is_ok());
+    }
+    let u = t.usage();
+    assert_eq!(u.sections_touched, 2);
+    assert_eq!(u.cur_seq_bytes, 2 * SIZE * 8, "one u64 per uid of each touched section");
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     Next(u64),
@@ -474,4 +513,100 @@ fn a_grant_after_a_failed_load_loads_again() {
     assert_eq!(t.next(3), Err(SeqError::Exhausted(SectionId(0))));
     commit_wanted(&mut t, &mut store);
     assert_eq!(t.next(3), Ok(11));
+}
+
+// Tests written for survivors of the mutation run (docs/reliability/mutants.md).
+
+fn range(begin: u64, end: u64) -> SectionRange {
+    SectionRange::new(SectionId(begin), SectionId(end)).unwrap()
+}
+
+/// `next_each` answers one value per uid, in uid order, also around runs of uids it cannot
+/// serve (a section not owned here, one still loading): a coalescing client hands the values
+/// to its callers by position, so a value out of place would give a caller another uid's
+/// sequence (I1 broken from that caller's view).
+#[test]
+fn next_each_keeps_every_value_in_its_uids_place_around_unserved_runs() {
+    let mut t = AllocTable::new(config(10));
+    // Sections 0 and 1 ready (loaded at 100), section 2 still loading, section 5 not owned.
+    let to_load = t.grant(&[(range(0, 2), 1), (range(2, 3), 2)]);
+    assert_eq!(to_load, vec![(range(0, 2), 1), (range(2, 3), 2)]);
+    let mut store = BTreeMap::from([(SectionId(0), 100), (SectionId(1), 100)]);
+    t.loaded(to_load[0].0, 1, &store);
+    assert_eq!(t.next_each(&[1, 12]), vec![0, 0], "both wait for an advance");
+    commit_wanted(&mut t, &mut store);
+    let uids = [1, 55, 56, 12, 25, 26, 27, 2, 1];
+    assert_eq!(t.next_each(&uids), vec![101, 0, 0, 101, 0, 0, 0, 101, 102]);
+    assert_eq!(t.next_each(&[55, 1, 25, 26, 12]), vec![0, 103, 0, 0, 102]);
+}
+
+/// A grant's sections to load come as runs of adjacent sections with one lease epoch: a run
+/// never spans two epochs (the sections of the other epoch would never leave `Loading`: a load
+/// is applied only to sections loading at its epoch) nor a gap.
+#[test]
+fn sections_to_load_are_runs_of_one_epoch_without_gaps() {
+    let mut t = AllocTable::new(config(10));
+    let grant = [(range(0, 2), 1), (range(2, 3), 2), (range(5, 7), 2)];
+    let to_load = t.grant(&grant);
+    assert_eq!(to_load, grant.to_vec());
+    for &(r, e) in &to_load {
+        let values: BTreeMap<SectionId, u64> =
+            (r.begin().0..r.end().0).map(|s| (SectionId(s), 40)).collect();
+        t.loaded(r, e, &values);
+    }
+    for uid in [1, 15, 25, 55, 65] {
+        assert_eq!(t.current(uid), Ok(40), "uid {uid} loaded");
+    }
+    assert_eq!(t.next(35), Err(SeqError::NotOwned(SectionId(3))));
+}
+
+/// A batch that needs exactly the ceiling while `max_seq` is below it waits for an advance
+/// (`Exhausted`); only a need above the ceiling is final (`Ceiling`).
+#[test]
+fn a_batch_needing_exactly_the_ceiling_waits_for_an_advance() {
+    let mut t = AllocTable::new(config(10));
+    let runs = t.grant(&all(1, 1));
+    t.loaded(runs[0].0, 1, &BTreeMap::from([(SectionId(0), MAX_SEQ_CEILING - 2)]));
+    assert_eq!(t.next_batch(&[1, 1]), Err(SeqError::Exhausted(SectionId(0))));
+    let sent = t.take_wanted(10);
+    assert_eq!(sent[0].max_seq, MAX_SEQ_CEILING);
+    t.advanced(SectionId(0), 1, Some(MAX_SEQ_CEILING));
+    assert_eq!(t.next_batch(&[1, 1]), Ok(vec![MAX_SEQ_CEILING - 1, MAX_SEQ_CEILING]));
+}
+
+/// Prefetch starts once fewer than `prefetch_remaining` values are left, not at exactly that
+/// many.
+#[test]
+fn prefetch_starts_once_fewer_than_prefetch_remaining_are_left() {
+    let mut t = AllocTable::new(config(10)); // prefetch_remaining 9
+    let runs = t.grant(&all(1, 1));
+    t.loaded(runs[0].0, 1, &BTreeMap::new());
+    let mut store = BTreeMap::new();
+    assert_eq!(t.next(1), Err(SeqError::Exhausted(SectionId(0))));
+    commit_wanted(&mut t, &mut store); // max_seq 11
+    assert_eq!(t.next(1), Ok(1));
+    assert_eq!(t.next(1), Ok(2));
+    assert!(!t.has_wanted(), "9 values left: no prefetch yet");
+    assert_eq!(t.next(1), Ok(3));
+    assert!(t.has_wanted(), "8 left: prefetch");
+}
+
+/// A uid repeated in runs that are not adjacent (another section's uids between them) counts
+/// every occurrence against its section's `max_seq` on the quick path too: the batch waits for
+/// an advance instead of reaching a value above the committed bound (I2).
+#[test]
+fn a_uid_repeated_across_runs_counts_every_occurrence() {
+    let mut t = AllocTable::new(config(10));
+    let runs = t.grant(&all(2, 1));
+    t.loaded(runs[0].0, 1, &BTreeMap::new());
+    let mut store = BTreeMap::new();
+    assert_eq!(t.next_each(&[1, 15]), vec![0, 0]);
+    commit_wanted(&mut t, &mut store); // both sections at max_seq 11
+    for v in 1..=10 {
+        assert_eq!(t.next(1), Ok(v));
+    }
+    // One value is left for uid 1, which the batch asks for twice.
+    assert_eq!(t.next_batch(&[1, 15, 1]), Err(SeqError::Exhausted(SectionId(0))));
+    assert_eq!((t.current(1), t.current(15)), (Ok(10), Ok(0)), "nothing was handed out");
+    assert_eq!(t.next_batch(&[1, 15]), Ok(vec![11, 1]));
 }

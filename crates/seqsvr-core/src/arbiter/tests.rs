@@ -136,6 +136,57 @@ fn draining_moves_sections_behind_a_fence_then_settles() {
 }
 
 #[test]
+fn a_released_alloc_s_settled_sections_move_settled_at_once() {
+    let (mut state, mut arb, ids) = assigned_at_first_plan(&["a:1", "b:1"]);
+    let (a, b) = (ids[0], ids[1]);
+    let t = HOLD + 100;
+    arb.on_granted(a, t);
+    arb.on_granted(b, t);
+    // a stopped serving and says so: no wait for the lease it was just granted.
+    let out = state.apply(&Command::ReleaseAlloc { alloc: a });
+    assert_eq!(out.result, Ok(Applied::Done));
+    assert!(out.control_changed);
+    assert!(!arb.may_grant(state.control(), a), "a released alloc is never granted again");
+    let cmds = arb.plan(t, state.control(), sections());
+    apply_all(&mut state, &mut arb, cmds, t);
+    assert_eq!(owners(&state), BTreeMap::from([(b, 100)]));
+    assert!(state.control().assignment.runs().all(|(_, o)| o.settled), "served at once");
+    let granted: u64 = grant_for(state.control(), b).iter().map(|(r, _)| r.len()).sum();
+    assert_eq!(granted, 100, "b's next grant names all 100 sections");
+    let cmds = arb.plan(t + 1, state.control(), sections());
+    assert!(cmds.contains(&Command::RemoveAlloc { alloc: a }));
+    // Nothing is ever assigned to it again, even by a hand-made command.
+    let refused = state.apply(&Command::Assign { moves: vec![(sections(), a)], settled: true });
+    assert_eq!(refused.result, Err(Rejected::UnknownAlloc(a)));
+}
+
+#[test]
+fn a_released_alloc_s_unsettled_run_stays_fenced_for_the_owner_before() {
+    let (mut state, mut arb, ids) = assigned_at_first_plan(&["a:1", "b:1"]);
+    let (a, b) = (ids[0], ids[1]);
+    let c = register(&mut state, "c:1");
+    // a drains: its run moves to b behind a fence (a may still serve it under its lease).
+    state.apply(&Command::SetDraining { alloc: a, draining: true });
+    let t = HOLD + 100;
+    for id in [a, b, c] {
+        arb.on_granted(id, t);
+    }
+    let cmds = arb.plan(t, state.control(), sections());
+    apply_all(&mut state, &mut arb, cmds, t);
+    let fenced: Vec<_> = state.control().assignment.runs().filter(|(_, o)| !o.settled).collect();
+    assert!(!fenced.is_empty());
+    // b releases before the fence settles: its fenced run must not become free for c, since
+    // a's lease may still run.
+    state.apply(&Command::ReleaseAlloc { alloc: b });
+    let cmds = arb.plan(t + 1, state.control(), sections());
+    apply_all(&mut state, &mut arb, cmds, t + 1);
+    for (range, _) in &fenced {
+        let owner = state.control().assignment.get(range.begin()).expect("assigned");
+        assert!(!owner.settled, "{range:?} moved on settled while a's lease may still run");
+    }
+}
+
+#[test]
 fn a_new_alloc_gets_half_of_the_largest_run() {
     let (mut state, mut arb, ids) = assigned_at_first_plan(&["a:1"]);
     let a = ids[0];
@@ -623,6 +674,19 @@ impl Sim {
             Event::Drain(i) => {
                 self.state.apply(&Command::SetDraining { alloc: self.procs[i].id, draining: true });
             }
+            Event::Release(i) => {
+                // A graceful restart: the process stops serving, then its release applies; it
+                // starts again at once with a new registration (on the same clock).
+                let released = self.procs[i].id;
+                let skew = self.procs[i].clock.rate as i64 - DEN as i64;
+                self.step(Event::Restart(i, skew));
+                apply_all(
+                    &mut self.state,
+                    &mut self.arb,
+                    vec![Command::ReleaseAlloc { alloc: released }],
+                    self.now,
+                );
+            }
             Event::Restart(i, skew) => {
                 // A restarted process has no lease and registers anew; an answer still on its
                 // way to the old process is lost with it.
@@ -794,6 +858,9 @@ enum Event {
     CommitLease,
     /// The oldest proposed lease change is lost (its leader was deposed first).
     LoseLease,
+    /// AllocSvr i shuts down gracefully: it stops serving, releases its sections
+    /// (`ReleaseAlloc`), and starts again at once as a new registration.
+    Release(usize),
 }
 
 /// A clock rate: the slowest and the fastest allowed are a third each (skew matters most there).
@@ -807,7 +874,7 @@ fn skew() -> impl Strategy<Value = i64> {
 /// both shrink toward 0 (an advance of 1 ms). Decoding two integers is several times cheaper
 /// for proptest than a union of nine strategies, which kept the simulation's time in check.
 fn event() -> impl Strategy<Value = Event> {
-    (0u32..17, any::<u64>()).prop_map(|(kind, bits)| {
+    (0u32..18, any::<u64>()).prop_map(|(kind, bits)| {
         let mut bits = bits;
         let mut take = |n: u64| {
             let v = bits % n;
@@ -838,7 +905,8 @@ fn event() -> impl Strategy<Value = Event> {
             13 => Event::DeposedNotices,
             14 => Event::ProposeLease(i),
             15 => Event::CommitLease,
-            _ => Event::LoseLease,
+            16 => Event::LoseLease,
+            _ => Event::Release(i),
         }
     })
 }

@@ -1,0 +1,66 @@
+//! t95 (graceful stop): an AllocSvr that gets SIGTERM must stop serving *before* it hands its
+//! sections back (`ReleaseAlloc`), because the store then gives them to another AllocSvr at
+//! once, without a lease wait. Two clients see it from both sides: `stale` calls only uids of
+//! the stopping AllocSvr's sections (so it learns of no newer route table until that AllocSvr
+//! refuses), `fresh` calls the same uids and uids of the other AllocSvr (so it learns the new
+//! table as soon as the hand-over is there). The normal build passes: values never go back.
+//! With `teeth-release-before-stop` (release first, serve on for half a lease) the stale client
+//! gets values below those the fresh one already got from the new owner: I1 is violated.
+
+use seqsvr_cluster_tests::{assert_no_violation, Cluster, ClusterOptions, ProcKey, RecordedLoad};
+use seqsvr_core::ids::SetId;
+use std::sync::Arc;
+use tokio::time::Instant;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_never_go_back_when_an_allocsvr_hands_its_sections_back() {
+    let mut cluster =
+        Cluster::start(ClusterOptions { allocs_per_set: 2, ..ClusterOptions::default() });
+    let stale = Arc::new(cluster.seq_client().await);
+    let fresh = Arc::new(cluster.seq_client().await);
+    cluster.wait_serving(&stale).await;
+    cluster.wait_serving(&fresh).await;
+    // Wait until both AllocSvrs own sections (the second one took half of the first's).
+    let alloc = ProcKey::Alloc(SetId(0), 0);
+    let (mine, theirs) = seqsvr_cluster_tests::wait_for("both AllocSvrs own sections", || {
+        let addr = cluster.proc(alloc).addr.clone();
+        let stale = stale.clone();
+        async move {
+            let _ = stale.current(0, std::time::Duration::from_secs(2)).await;
+            let tables = stale.route_tables();
+            let table = tables.first()?;
+            let size = table.section_size;
+            // Up to 8 uids per owner, spread over its runs.
+            let uids_of = |owner_is_alloc: bool| -> Vec<u64> {
+                let runs = table.entries.iter().filter(|e| (e.addr == addr) == owner_is_alloc);
+                let sections: Vec<u64> = runs
+                    .flat_map(|e| {
+                        let len = e.section_end - e.section_begin;
+                        (0..4).map(move |k| e.section_begin + k * len / 4).collect::<Vec<_>>()
+                    })
+                    .collect();
+                let mut uids: Vec<u64> = sections.iter().map(|s| s * size + 3).collect();
+                uids.dedup();
+                uids.truncate(8);
+                uids
+            };
+            let (mine, theirs) = (uids_of(true), uids_of(false));
+            (!mine.is_empty() && !theirs.is_empty()).then_some((mine, theirs))
+        }
+    })
+    .await;
+    let fresh_uids: Vec<u64> = mine.iter().chain(&theirs).copied().collect();
+
+    let t0 = Instant::now();
+    let stale_load = RecordedLoad::start_at(t0, stale.clone(), mine.clone(), 2);
+    let fresh_load = RecordedLoad::start_at(t0, fresh.clone(), fresh_uids, 2);
+    stale_load.wait_progress("before the SIGTERM", 300).await;
+    fresh_load.wait_progress("before the SIGTERM", 300).await;
+    let status = cluster.terminate(alloc).await;
+    assert!(status.success(), "exit status {status:?}");
+    fresh_load.wait_progress("after the hand-back", 500).await;
+    stale_load.wait_progress("after the hand-back", 300).await;
+    let mut history = stale_load.finish().await;
+    history.extend(fresh_load.finish().await);
+    assert_no_violation(&history);
+}
