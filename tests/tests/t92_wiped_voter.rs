@@ -68,7 +68,12 @@ async fn a_wiped_voter_under_the_same_leader_catches_up_vote_blocked_and_is_re_a
         (!s.vote_blocked && s.voters.contains(&wiped.0)).then_some(())
     })
     .await;
-    client.transfer_leader(wiped, WAIT).await.expect("a promoted member may lead");
+    // The leader learns that the member is no longer vote-blocked from the member's next Raft
+    // batch (it says so in every batch): until then it refuses it as a transfer target.
+    wait_for("the leader to accept the re-added member as a transfer target", || async {
+        client.transfer_leader(wiped, WAIT).await.ok()
+    })
+    .await;
     wait_for("the re-added member to lead", || async {
         (cluster.status(wiped).await?.role == "leader").then_some(())
     })

@@ -2,6 +2,7 @@
 //! types, so it can be tested exhaustively.
 //!
 //! # Layout
+//! - [`idscheme`]: time-ordered unique id layouts (Snowflake … UUIDv7) and their generator.
 //! - [`ids`]: newtypes for the numbers that must never be swapped (`SectionId`, `NodeId`, `SetId`).
 //! - [`section`]: uid → section arithmetic and section ranges.
 //! - [`alloc`]: the AllocSvr's in-memory `cur_seq`/`max_seq` table (the allocation hot path).
@@ -18,6 +19,7 @@ pub mod arbiter;
 pub mod assign;
 pub mod config;
 pub mod ids;
+pub mod idscheme;
 pub mod lease;
 pub mod section;
 pub mod store;

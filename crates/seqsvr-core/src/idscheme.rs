@@ -1,0 +1,613 @@
+//! Id schemes (issue 10, item 5): the bit layouts of globally unique, time-ordered ids, their
+//! validation, encoding, decoding and text forms, and the per-worker generator state machine
+//! ([`Generator`]). Pure: no I/O and no clock reads — every "now" is passed in.
+//!
+//! The five schemes, most significant bits first:
+//! - `snowflake` (Twitter): 1 sign + 41-bit ms + 10-bit worker + 12-bit sequence, 64 bits.
+//! - `uid-generator` (Baidu, seed 001): 1 sign + 28-bit **seconds** + 22-bit worker + 13-bit
+//!   sequence by default, every width and the epoch configurable. Its default epoch 2016-05-20
+//!   with 28 bits of seconds ran out on 2024-11-20; [`LayoutSpec::load`] refuses it now.
+//! - `weibo` (seed 003): 1 sign + 41-bit ms + 5-bit server + 5-bit business + 12-bit sequence. The
+//!   server number is the [`Fields::worker`] field; the business number is given per request.
+//! - `rongcloud` (seed 000): 80 bits = 42-bit ms + 12-bit sequence + 4-bit session type + 22-bit
+//!   session-id hash, written as 16 base-32 characters in four dash-separated groups
+//!   (see [`Layout::format`]). It has no worker field: one owner per (type, hash) keeps it unique.
+//! - `uuidv7` (RFC 9562 §5.7): 48-bit Unix ms + version 7 + 12-bit `rand_a` used as a counter
+//!   (§6.2 method 1, "Fixed Bit-Length Dedicated Counter") + variant `0b10` + 62-bit `rand_b`,
+//!   written in the canonical 8-4-4-4-12 lowercase hex form (§4).
+//!
+//! Every timestamp field counts time units ([`TimeUnit`]) since the layout's epoch (ms since the
+//! Unix epoch). A layout is validated when loaded: its widths sum to the id size, time and
+//! sequence have at least one bit, the epoch is not in the future and the time field has not run
+//! out ([`Layout::lifetime_years`], [`Layout::runs_out_at_ms`]).
+//!
+//! Choices where the sources leave room:
+//! - Epochs are UTC midnights (seeds 001 and 003 parse theirs in the server's local time).
+//! - UUIDv7's counter starts at 0 in each new millisecond rather than at a random value
+//!   (§6.2 allows either; 0 leaves the most room before a rollover), and `rand_b` is the
+//!   caller's: the generator picks no random bits. Uniqueness across workers is the caller's
+//!   choice of `rand_b` (e.g. a leased worker id in its top bits, §6.4, plus random bits).
+//! - RongCloud's text alphabet follows seed 000's description, not its samples: see
+//!   [`RONGCLOUD_ALPHABET`].
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+mod generator;
+#[cfg(test)]
+mod tests;
+mod text;
+
+pub use generator::{GenError, GenStats, Generator, Next, Stamp};
+pub use text::{rfc3339_ms, unix_ms_of_date, RONGCLOUD_ALPHABET};
+
+/// Twitter Snowflake's epoch, 2010-11-04T01:42:54.657Z: the default for `snowflake`.
+pub const TWITTER_EPOCH_MS: u64 = 1_288_834_974_657;
+/// UidGenerator's default epoch, 2016-05-20T00:00:00Z (seed 001): the default for
+/// `uid-generator`. With the default 28 bits of seconds it ran out on 2024-11-20, so the
+/// default `uid-generator` layout is refused: give a later epoch or more time bits.
+pub const UID_GENERATOR_EPOCH_MS: u64 = 1_463_702_400_000;
+/// Seed 003's `OFFSET_TIME` "2021-11-12 00:00:00", taken as UTC (the PHP took local time).
+pub const WEIBO_EPOCH_MS: u64 = 1_636_675_200_000;
+
+const MS_PER_YEAR: f64 = 365.2425 * 86_400_000.0;
+
+/// The five id schemes, by their config names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Scheme {
+    #[serde(rename = "snowflake")]
+    Snowflake,
+    #[serde(rename = "uid-generator")]
+    UidGenerator,
+    #[serde(rename = "weibo")]
+    Weibo,
+    #[serde(rename = "rongcloud")]
+    RongCloud,
+    #[serde(rename = "uuidv7")]
+    UuidV7,
+}
+
+impl Scheme {
+    pub const ALL: [Scheme; 5] =
+        [Scheme::Snowflake, Scheme::UidGenerator, Scheme::Weibo, Scheme::RongCloud, Scheme::UuidV7];
+
+    /// The name in the cluster config and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scheme::Snowflake => "snowflake",
+            Scheme::UidGenerator => "uid-generator",
+            Scheme::Weibo => "weibo",
+            Scheme::RongCloud => "rongcloud",
+            Scheme::UuidV7 => "uuidv7",
+        }
+    }
+
+    /// Bits in one id: 64 (held in a `u64`), 80 (RongCloud) or 128 (UUID).
+    pub fn id_bits(self) -> u32 {
+        match self {
+            Scheme::Snowflake | Scheme::UidGenerator | Scheme::Weibo => 64,
+            Scheme::RongCloud => 80,
+            Scheme::UuidV7 => 128,
+        }
+    }
+}
+
+impl fmt::Display for Scheme {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Scheme {
+    type Err = LayoutError;
+    fn from_str(s: &str) -> Result<Scheme, LayoutError> {
+        Scheme::ALL
+            .into_iter()
+            .find(|scheme| scheme.name() == s)
+            .ok_or_else(|| LayoutError::UnknownScheme(s.to_string()))
+    }
+}
+
+/// The unit of a layout's time field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TimeUnit {
+    #[serde(rename = "ms")]
+    Millis,
+    #[serde(rename = "s")]
+    Seconds,
+}
+
+impl TimeUnit {
+    pub fn ms(self) -> u64 {
+        match self {
+            TimeUnit::Millis => 1,
+            TimeUnit::Seconds => 1_000,
+        }
+    }
+}
+
+impl fmt::Display for TimeUnit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TimeUnit::Millis => "ms",
+            TimeUnit::Seconds => "s",
+        })
+    }
+}
+
+/// One bit field of a layout. `Sign`, `Version` and `Variant` hold constants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Part {
+    /// Always 0, so a 64-bit id is a positive `i64` (Snowflake, seeds 001 and 003).
+    Sign,
+    Time,
+    /// Snowflake/UidGenerator worker id; Weibo server number (seed 003's `serverId`).
+    Worker,
+    /// Weibo business number (seed 003's `BITS_WORKER`, "业务号").
+    Business,
+    SessionType,
+    SessionHash,
+    Sequence,
+    /// UUID version, always 7 (RFC 9562 §4.2).
+    Version,
+    /// UUID variant, always `0b10` (RFC 9562 §4.1).
+    Variant,
+    /// UUIDv7 `rand_b`.
+    Rand,
+}
+
+impl Part {
+    fn constant(self) -> Option<u64> {
+        match self {
+            Part::Sign => Some(0),
+            Part::Version => Some(7),
+            Part::Variant => Some(0b10),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Part::Sign => "sign",
+            Part::Time => "time",
+            Part::Worker => "worker",
+            Part::Business => "business",
+            Part::SessionType => "session type",
+            Part::SessionHash => "session hash",
+            Part::Sequence => "sequence",
+            Part::Version => "version",
+            Part::Variant => "variant",
+            Part::Rand => "rand_b",
+        }
+    }
+}
+
+impl fmt::Display for Part {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The variable parts of one id. A part the scheme does not have must be 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Fields {
+    /// Time units since the layout's epoch.
+    pub time: u64,
+    /// Snowflake/UidGenerator worker id, Weibo server number.
+    pub worker: u64,
+    /// Weibo business number.
+    pub business: u64,
+    /// RongCloud session type (private chat, group, chat room, ...).
+    pub session_type: u64,
+    /// RongCloud session-id hash (its low 22 bits, seed 000 step 4).
+    pub session_hash: u64,
+    pub sequence: u64,
+    /// UUIDv7 `rand_b` (62 bits).
+    pub rand: u64,
+}
+
+impl Fields {
+    /// Every part that is a field here (not a constant), in declaration order.
+    const PARTS: [Part; 7] = [
+        Part::Time,
+        Part::Worker,
+        Part::Business,
+        Part::SessionType,
+        Part::SessionHash,
+        Part::Sequence,
+        Part::Rand,
+    ];
+
+    fn get(&self, part: Part) -> u64 {
+        match part {
+            Part::Time => self.time,
+            Part::Worker => self.worker,
+            Part::Business => self.business,
+            Part::SessionType => self.session_type,
+            Part::SessionHash => self.session_hash,
+            Part::Sequence => self.sequence,
+            Part::Rand => self.rand,
+            Part::Sign | Part::Version | Part::Variant => 0,
+        }
+    }
+
+    fn set(&mut self, part: Part, value: u64) {
+        match part {
+            Part::Time => self.time = value,
+            Part::Worker => self.worker = value,
+            Part::Business => self.business = value,
+            Part::SessionType => self.session_type = value,
+            Part::SessionHash => self.session_hash = value,
+            Part::Sequence => self.sequence = value,
+            Part::Rand => self.rand = value,
+            Part::Sign | Part::Version | Part::Variant => {}
+        }
+    }
+}
+
+/// Why a layout cannot be loaded.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum LayoutError {
+    #[error(
+        "unknown id scheme {0:?}: expected one of snowflake, uid-generator, weibo, rongcloud, uuidv7"
+    )]
+    UnknownScheme(String),
+    #[error(
+        "{0}'s widths are fixed; only uid-generator takes time_bits, worker_bits and seq_bits"
+    )]
+    FixedWidths(Scheme),
+    #[error("uuidv7's epoch (the Unix epoch) and unit (ms) are fixed by RFC 9562 §5.7")]
+    FixedTime,
+    #[error("{scheme}: the widths ({widths}) sum to {sum} bits, but its ids have {bits}")]
+    WidthSum { scheme: Scheme, widths: String, sum: u64, bits: u32 },
+    #[error("{scheme}: the {part} field needs at least 1 bit")]
+    ZeroWidth { scheme: Scheme, part: Part },
+    #[error("{scheme}: the epoch {epoch} is in the future (now is {now})")]
+    EpochInFuture { scheme: Scheme, epoch: String, now: String },
+    #[error(
+        "{scheme}: {time_bits} bits of {unit} from {epoch} last {years:.1} years and ran out at \
+         {ran_out} (now is {now}); choose a later epoch or more time bits"
+    )]
+    RunOut {
+        scheme: Scheme,
+        time_bits: u32,
+        unit: TimeUnit,
+        epoch: String,
+        years: f64,
+        ran_out: String,
+        now: String,
+    },
+}
+
+/// Why fields cannot be encoded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FieldError {
+    #[error("{scheme} has no {part} field, but it was given as {value} (must be 0)")]
+    NoSuchField { scheme: Scheme, part: Part, value: u64 },
+    #[error("{scheme}: {part} {value} does not fit in {bits} bits (at most {max})")]
+    TooWide { scheme: Scheme, part: Part, value: u64, bits: u32, max: u64 },
+    #[error("{scheme} ids have {bits} bits and do not fit in a u64")]
+    NotU64 { scheme: Scheme, bits: u32 },
+}
+
+/// Why a number or text is not an id of a layout.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("{scheme}: {id:#x} has more than {bits} bits")]
+    TooWide { scheme: Scheme, id: u128, bits: u32 },
+    #[error("{scheme}: the {part} bits are {found:#b}, expected {expected:#b}")]
+    BadConstant { scheme: Scheme, part: Part, found: u64, expected: u64 },
+    #[error("{scheme}: cannot parse {text:?}: {why}")]
+    Text { scheme: Scheme, text: String, why: String },
+}
+
+/// A layout as written in the config; [`LayoutSpec::load`] fills in the scheme's defaults and
+/// validates it. Only `uid-generator` takes widths; `uuidv7` takes no epoch or unit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayoutSpec {
+    pub scheme: Scheme,
+    /// Ms since the Unix epoch (default: the scheme's own, see the `*_EPOCH_MS` constants;
+    /// `rongcloud` and `uuidv7`: the Unix epoch).
+    #[serde(default)]
+    pub epoch_ms: Option<u64>,
+    /// Default: seconds for `uid-generator`, ms for the others.
+    #[serde(default)]
+    pub unit: Option<TimeUnit>,
+    #[serde(default)]
+    pub time_bits: Option<u32>,
+    #[serde(default)]
+    pub worker_bits: Option<u32>,
+    #[serde(default)]
+    pub seq_bits: Option<u32>,
+}
+
+impl LayoutSpec {
+    /// The scheme with all its defaults.
+    pub fn of(scheme: Scheme) -> LayoutSpec {
+        LayoutSpec {
+            scheme,
+            epoch_ms: None,
+            unit: None,
+            time_bits: None,
+            worker_bits: None,
+            seq_bits: None,
+        }
+    }
+
+    /// Fills in the defaults and validates at `now_ms` (ms since the Unix epoch).
+    pub fn load(&self, now_ms: u64) -> Result<Layout, LayoutError> {
+        let scheme = self.scheme;
+        let custom_widths =
+            self.time_bits.is_some() || self.worker_bits.is_some() || self.seq_bits.is_some();
+        if custom_widths && scheme != Scheme::UidGenerator {
+            return Err(LayoutError::FixedWidths(scheme));
+        }
+        use Part::*;
+        let (epoch, unit, parts) = match scheme {
+            Scheme::Snowflake => (
+                TWITTER_EPOCH_MS,
+                TimeUnit::Millis,
+                vec![(Sign, 1), (Time, 41), (Worker, 10), (Sequence, 12)],
+            ),
+            Scheme::UidGenerator => (
+                UID_GENERATOR_EPOCH_MS,
+                TimeUnit::Seconds,
+                vec![
+                    (Sign, 1),
+                    (Time, self.time_bits.unwrap_or(28)),
+                    (Worker, self.worker_bits.unwrap_or(22)),
+                    (Sequence, self.seq_bits.unwrap_or(13)),
+                ],
+            ),
+            Scheme::Weibo => (
+                WEIBO_EPOCH_MS,
+                TimeUnit::Millis,
+                vec![(Sign, 1), (Time, 41), (Worker, 5), (Business, 5), (Sequence, 12)],
+            ),
+            // Seed 000 §5: highBits = ms << 12 | spin id, << 4 | session type, << 6 | the high 6
+            // bits of the 22-bit session hash; lowBits = its low 16 bits.
+            Scheme::RongCloud => (
+                0,
+                TimeUnit::Millis,
+                vec![(Time, 42), (Sequence, 12), (SessionType, 4), (SessionHash, 22)],
+            ),
+            Scheme::UuidV7 => {
+                if self.epoch_ms.is_some_and(|e| e != 0)
+                    || self.unit.is_some_and(|u| u != TimeUnit::Millis)
+                {
+                    return Err(LayoutError::FixedTime);
+                }
+                (
+                    0,
+                    TimeUnit::Millis,
+                    vec![(Time, 48), (Version, 4), (Sequence, 12), (Variant, 2), (Rand, 62)],
+                )
+            }
+        };
+        let layout = Layout {
+            scheme,
+            epoch_ms: self.epoch_ms.unwrap_or(epoch),
+            unit: self.unit.unwrap_or(unit),
+            parts,
+        };
+        layout.check(now_ms)?;
+        Ok(layout)
+    }
+}
+
+/// A validated layout: a scheme, its epoch and time unit, and its bit fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    scheme: Scheme,
+    epoch_ms: u64,
+    unit: TimeUnit,
+    /// Most significant first; the widths sum to `scheme.id_bits()`.
+    parts: Vec<(Part, u32)>,
+}
+
+impl Layout {
+    pub fn scheme(&self) -> Scheme {
+        self.scheme
+    }
+
+    pub fn epoch_ms(&self) -> u64 {
+        self.epoch_ms
+    }
+
+    pub fn unit(&self) -> TimeUnit {
+        self.unit
+    }
+
+    /// The bit fields, most significant first.
+    pub fn parts(&self) -> &[(Part, u32)] {
+        &self.parts
+    }
+
+    /// The width of `part` (0 if the scheme has none).
+    pub fn width(&self, part: Part) -> u32 {
+        self.parts.iter().find(|(p, _)| *p == part).map_or(0, |(_, w)| *w)
+    }
+
+    /// The largest value of `part` (0 if the scheme has none).
+    pub fn max_value(&self, part: Part) -> u64 {
+        max_of(self.width(part))
+    }
+
+    /// The last time unit the layout can hold.
+    pub fn max_time(&self) -> u64 {
+        self.max_value(Part::Time)
+    }
+
+    /// The largest sequence number within one time unit.
+    pub fn max_sequence(&self) -> u64 {
+        self.max_value(Part::Sequence)
+    }
+
+    /// Time units since the epoch at `unix_ms` (0 before the epoch: a clock that far back is
+    /// handled like any clock that steps back, by the generator).
+    pub fn units_at(&self, unix_ms: u64) -> u64 {
+        unix_ms.saturating_sub(self.epoch_ms) / self.unit.ms()
+    }
+
+    /// The Unix ms at which time unit `units` begins (saturating).
+    pub fn unix_ms(&self, units: u64) -> u64 {
+        units.saturating_mul(self.unit.ms()).saturating_add(self.epoch_ms)
+    }
+
+    /// The first Unix ms the time field cannot hold (`u64::MAX` if beyond it).
+    pub fn runs_out_at_ms(&self) -> u64 {
+        let end = u128::from(self.epoch_ms)
+            + (u128::from(self.max_time()) + 1) * u128::from(self.unit.ms());
+        u64::try_from(end).unwrap_or(u64::MAX)
+    }
+
+    /// How many years the time field lasts from the epoch.
+    pub fn lifetime_years(&self) -> f64 {
+        (self.max_time() as f64 + 1.0) * self.unit.ms() as f64 / MS_PER_YEAR
+    }
+
+    /// E.g. "lasts 69.7 years from 2010-11-04T01:42:54.657Z, until 2080-07-10T17:30:30.209Z".
+    pub fn describe_range(&self) -> String {
+        format!(
+            "lasts {:.1} years from {}, until {}",
+            self.lifetime_years(),
+            rfc3339_ms(self.epoch_ms),
+            rfc3339_ms(self.runs_out_at_ms())
+        )
+    }
+
+    /// The load-time checks (see the module doc).
+    fn check(&self, now_ms: u64) -> Result<(), LayoutError> {
+        let scheme = self.scheme;
+        let sum: u64 = self.parts.iter().map(|(_, w)| u64::from(*w)).sum();
+        if sum != u64::from(scheme.id_bits()) {
+            let widths: Vec<String> = self.parts.iter().map(|(p, w)| format!("{p} {w}")).collect();
+            return Err(LayoutError::WidthSum {
+                scheme,
+                widths: widths.join(" + "),
+                sum,
+                bits: scheme.id_bits(),
+            });
+        }
+        for part in [Part::Time, Part::Sequence] {
+            if self.width(part) == 0 {
+                return Err(LayoutError::ZeroWidth { scheme, part });
+            }
+        }
+        if self.epoch_ms > now_ms {
+            return Err(LayoutError::EpochInFuture {
+                scheme,
+                epoch: rfc3339_ms(self.epoch_ms),
+                now: rfc3339_ms(now_ms),
+            });
+        }
+        if now_ms >= self.runs_out_at_ms() {
+            return Err(LayoutError::RunOut {
+                scheme,
+                time_bits: self.width(Part::Time),
+                unit: self.unit,
+                epoch: rfc3339_ms(self.epoch_ms),
+                years: self.lifetime_years(),
+                ran_out: rfc3339_ms(self.runs_out_at_ms()),
+                now: rfc3339_ms(now_ms),
+            });
+        }
+        Ok(())
+    }
+
+    /// Packs `fields` into an id (64-bit schemes fit in the low 63 bits).
+    pub fn encode(&self, fields: &Fields) -> Result<u128, FieldError> {
+        for part in Fields::PARTS {
+            let (value, bits) = (fields.get(part), self.width(part));
+            if bits == 0 && value != 0 {
+                return Err(FieldError::NoSuchField { scheme: self.scheme, part, value });
+            }
+            if value > max_of(bits) {
+                let max = max_of(bits);
+                return Err(FieldError::TooWide { scheme: self.scheme, part, value, bits, max });
+            }
+        }
+        let mut id: u128 = 0;
+        for &(part, bits) in &self.parts {
+            let value = part.constant().unwrap_or_else(|| fields.get(part));
+            id = (id << bits) | u128::from(value);
+        }
+        Ok(id)
+    }
+
+    /// [`Layout::encode`] for the 64-bit schemes.
+    pub fn encode_u64(&self, fields: &Fields) -> Result<u64, FieldError> {
+        let bits = self.scheme.id_bits();
+        if bits > 64 {
+            return Err(FieldError::NotU64 { scheme: self.scheme, bits });
+        }
+        let id = self.encode(fields)?;
+        assert!(id < 1 << 63, "a 64-bit layout has a sign bit");
+        Ok(id as u64)
+    }
+
+    /// Unpacks an id; checks its width and constant bits (sign, UUID version and variant).
+    pub fn decode(&self, id: u128) -> Result<Fields, DecodeError> {
+        let bits = self.scheme.id_bits();
+        if bits < 128 && id >> bits != 0 {
+            return Err(DecodeError::TooWide { scheme: self.scheme, id, bits });
+        }
+        let mut fields = Fields::default();
+        let mut rest = id;
+        for &(part, width) in self.parts.iter().rev() {
+            let value = (rest & u128::from(max_of(width))) as u64;
+            rest >>= width;
+            match part.constant() {
+                Some(expected) if value != expected => {
+                    let scheme = self.scheme;
+                    return Err(DecodeError::BadConstant { scheme, part, found: value, expected });
+                }
+                Some(_) => {}
+                None => fields.set(part, value),
+            }
+        }
+        Ok(fields)
+    }
+
+    /// The text form of an id: RongCloud's 19 characters (`XXXX-XXXX-XXXX-XXXX`), the canonical
+    /// UUID form, or decimal for the 64-bit schemes. Checks the id first, as [`Layout::decode`].
+    pub fn format(&self, id: u128) -> Result<String, DecodeError> {
+        self.decode(id)?;
+        Ok(match self.scheme {
+            Scheme::RongCloud => text::rongcloud_text(id),
+            Scheme::UuidV7 => text::uuid_text(id),
+            Scheme::Snowflake | Scheme::UidGenerator | Scheme::Weibo => id.to_string(),
+        })
+    }
+
+    /// Parses [`Layout::format`]'s text (RongCloud and UUID letters in either case) and checks
+    /// the id as [`Layout::decode`].
+    pub fn parse(&self, text: &str) -> Result<u128, DecodeError> {
+        let parsed = match self.scheme {
+            Scheme::RongCloud => text::parse_rongcloud(text),
+            Scheme::UuidV7 => text::parse_uuid(text),
+            Scheme::Snowflake | Scheme::UidGenerator | Scheme::Weibo => {
+                text.parse::<u64>().map(u128::from).map_err(|e| format!("not a decimal u64 ({e})"))
+            }
+        };
+        let id = parsed.map_err(|why| DecodeError::Text {
+            scheme: self.scheme,
+            text: text.to_string(),
+            why,
+        })?;
+        self.decode(id)?;
+        Ok(id)
+    }
+}
+
+/// The largest value of `bits` bits (`bits` ≤ 64).
+fn max_of(bits: u32) -> u64 {
+    assert!(bits <= 64, "no field is wider than 64 bits");
+    if bits == 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    }
+}
