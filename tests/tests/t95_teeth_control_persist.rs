@@ -5,20 +5,10 @@
 //! The `teeth-no-control-persist` build (applied control changes not written) must fail here.
 
 use seqsvr_cluster_tests::{wait_for, Cluster, ClusterOptions};
+use seqsvr_core::ids::SetId;
 use seqsvr_proto::v1 as pb;
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-async fn leases(cluster: &Cluster) -> Option<pb::LeasesResponse> {
-    cluster
-        .store_client()
-        .admin(
-            Duration::from_secs(2),
-            |mut c, _| async move { c.leases(pb::LeasesRequest {}).await },
-        )
-        .await
-        .ok()
-}
 
 /// Section → (owner, lease epoch).
 fn owners(l: &pb::LeasesResponse) -> BTreeMap<u64, (u64, u64)> {
@@ -40,7 +30,7 @@ async fn restarting_every_store_member_keeps_the_applied_control_state() {
     // Move section 0 back and forth, so its lease epoch and the route version are well above
     // what a fresh control state would reach again.
     let store = cluster.store_client();
-    let l = wait_for("leases", || leases(&cluster)).await;
+    let l = wait_for("leases", || async { cluster.leases(SetId(0)).await.ok() }).await;
     let ids: Vec<u64> = l.allocs.iter().map(|a| a.alloc_id).collect();
     assert_eq!(ids.len(), 2, "two AllocSvrs registered: {l:?}");
     let mut owner = owners(&l).get(&0).expect("section 0 assigned").0;
@@ -57,7 +47,9 @@ async fn restarting_every_store_member_keeps_the_applied_control_state() {
             .expect("move section 0");
     }
     cluster.wait_serving(&client).await;
-    let before = wait_for("leases before the restart", || leases(&cluster)).await;
+    let before =
+        wait_for("leases before the restart", || async { cluster.leases(SetId(0)).await.ok() })
+            .await;
     for uid in [0, 150, 1_999] {
         client.next(uid, Duration::from_secs(20)).await.expect("served before the restart");
     }
@@ -69,7 +61,10 @@ async fn restarting_every_store_member_keeps_the_applied_control_state() {
         cluster.start_member(id);
     }
     cluster.wait_leader().await;
-    let after = wait_for("leases from the restarted leader", || leases(&cluster)).await;
+    let after = wait_for("leases from the restarted leader", || async {
+        cluster.leases(SetId(0)).await.ok()
+    })
+    .await;
 
     assert!(
         after.route_version >= before.route_version,

@@ -19,17 +19,6 @@ use seqsvr_proto::v1 as pb;
 use std::time::Duration;
 use tokio::time::Instant;
 
-async fn leases(cluster: &Cluster) -> Option<pb::LeasesResponse> {
-    cluster
-        .store_client()
-        .admin(
-            Duration::from_secs(2),
-            |mut c, _| async move { c.leases(pb::LeasesRequest {}).await },
-        )
-        .await
-        .ok()
-}
-
 fn cut(cluster: &Cluster, from: ProcKey, to: ProcKey) {
     cluster.links.get(&(from, to)).expect("a proxied link").set_cut(true);
 }
@@ -71,7 +60,7 @@ async fn a_deposed_leader_grants_no_lease_while_the_new_one_moves_sections() {
         cluster.wait_serving(&client).await;
         client.next(uid, Duration::from_secs(20)).await.expect("served before the fault");
         // A = the owner of section 0 (uid 0), B = the other AllocSvr.
-        let l = wait_for("leases", || leases(&cluster)).await;
+        let l = wait_for("leases", || async { cluster.leases(SetId(0)).await.ok() }).await;
         let owner =
             l.runs.iter().find(|r| r.section_begin == 0).expect("section 0 assigned").alloc_id;
         let owner_addr =

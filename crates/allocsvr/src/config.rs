@@ -98,3 +98,23 @@ impl AllocConfig {
         })
     }
 }
+
+#[cfg(test)]
+impl AllocConfig {
+    /// Set 1, uids [0, 100) in sections of 10, one store member at an address nobody serves:
+    /// for unit tests that never reach the store.
+    pub(crate) fn for_tests() -> AllocConfig {
+        AllocConfig {
+            set_id: SetId(1),
+            addr: "127.0.0.1:1".into(),
+            listen: "127.0.0.1:1".parse().expect("an address"),
+            metrics: None,
+            uid_begin: 0,
+            uid_end: 100,
+            section_size: 10,
+            stores: vec![(NodeId(1), "127.0.0.1:1".into())],
+            tuning: AllocTuning::default(),
+            max_batch_sections: 100,
+        }
+    }
+}

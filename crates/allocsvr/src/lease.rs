@@ -541,19 +541,7 @@ mod tests {
     // Tests written for survivors of the mutation run (docs/reliability/mutants.md).
 
     fn shared() -> Arc<Shared> {
-        Shared::new(crate::config::AllocConfig {
-            set_id: seqsvr_core::ids::SetId(1),
-            addr: "127.0.0.1:1".into(),
-            listen: "127.0.0.1:1".parse().unwrap(),
-            metrics: None,
-            uid_begin: 0,
-            uid_end: 100,
-            section_size: 10,
-            stores: vec![(seqsvr_core::ids::NodeId(1), "127.0.0.1:1".into())],
-            tuning: seqsvr_core::config::AllocTuning::default(),
-            max_batch_sections: 100,
-        })
-        .unwrap()
+        Shared::new(crate::config::AllocConfig::for_tests()).unwrap()
     }
 
     /// A section is routed here when an entry naming this AllocSvr covers it (`[begin, end)`),

@@ -328,27 +328,14 @@ mod tests {
     use super::*;
     use crate::config::AllocConfig;
     use pb::seq_service_server::SeqService as _;
-    use seqsvr_core::config::AllocTuning;
-    use seqsvr_core::ids::{AllocId, NodeId, SetId};
+    use seqsvr_core::ids::AllocId;
     use seqsvr_core::section::SectionRange;
     use std::collections::BTreeMap;
 
     /// An AllocSvr (alloc 1) with a valid lease that owns section 1 (uids 10..20) at epoch 1,
     /// loaded at `max_seq`, and route table v3 in which alloc 2 owns section 0.
     fn server(max_seq: u64) -> SeqServer {
-        let config = AllocConfig {
-            set_id: SetId(1),
-            addr: "127.0.0.1:1".into(),
-            listen: "127.0.0.1:1".parse().unwrap(),
-            metrics: None,
-            uid_begin: 0,
-            uid_end: 100,
-            section_size: 10,
-            stores: vec![(NodeId(1), "127.0.0.1:1".into())],
-            tuning: AllocTuning::default(),
-            max_batch_sections: 100,
-        };
-        let shared = crate::lease::Shared::new(config).unwrap();
+        let shared = crate::lease::Shared::new(AllocConfig::for_tests()).unwrap();
         {
             let mut inner = shared.lock();
             inner.alloc_id = Some(AllocId(1));

@@ -55,44 +55,26 @@ pub const NO_QUORUM_CHECK: bool = cfg!(feature = "teeth-no-quorum-check");
 pub const NO_READINDEX_BEFORE_GRANT: bool = cfg!(feature = "teeth-no-readindex-before-grant");
 /// Whether applied control-state changes are left unwritten (see the module doc).
 pub const NO_CONTROL_PERSIST: bool = cfg!(feature = "teeth-no-control-persist");
-
 /// Whether a shutting-down AllocSvr releases before it stops serving (see the module doc).
 pub const RELEASE_BEFORE_STOP: bool = cfg!(feature = "teeth-release-before-stop");
 
+/// Every switch and its feature name, so a new one is listed in exactly one more place.
+const ALL: [(bool, &str); 10] = [
+    (NO_LEASE_WAIT, "teeth-no-lease-wait"),
+    (NO_FENCING, "teeth-no-fencing"),
+    (BOOTSTRAP_EMPTY_VOTER, "teeth-bootstrap-empty-voter"),
+    (LEASE_FROM_RECEIVE_TIME, "teeth-lease-from-receive-time"),
+    (LEASE_ON_WALL_CLOCK, "teeth-lease-on-wall-clock"),
+    (NO_ALLOC_LEASE_CHECK, "teeth-no-alloc-lease-check"),
+    (NO_QUORUM_CHECK, "teeth-no-quorum-check"),
+    (NO_READINDEX_BEFORE_GRANT, "teeth-no-readindex-before-grant"),
+    (NO_CONTROL_PERSIST, "teeth-no-control-persist"),
+    (RELEASE_BEFORE_STOP, "teeth-release-before-stop"),
+];
+
 /// The teeth compiled into this build.
 pub fn enabled() -> Vec<&'static str> {
-    let mut on = Vec::new();
-    if NO_LEASE_WAIT {
-        on.push("teeth-no-lease-wait");
-    }
-    if NO_FENCING {
-        on.push("teeth-no-fencing");
-    }
-    if BOOTSTRAP_EMPTY_VOTER {
-        on.push("teeth-bootstrap-empty-voter");
-    }
-    if LEASE_FROM_RECEIVE_TIME {
-        on.push("teeth-lease-from-receive-time");
-    }
-    if LEASE_ON_WALL_CLOCK {
-        on.push("teeth-lease-on-wall-clock");
-    }
-    if NO_ALLOC_LEASE_CHECK {
-        on.push("teeth-no-alloc-lease-check");
-    }
-    if NO_QUORUM_CHECK {
-        on.push("teeth-no-quorum-check");
-    }
-    if NO_READINDEX_BEFORE_GRANT {
-        on.push("teeth-no-readindex-before-grant");
-    }
-    if NO_CONTROL_PERSIST {
-        on.push("teeth-no-control-persist");
-    }
-    if RELEASE_BEFORE_STOP {
-        on.push("teeth-release-before-stop");
-    }
-    on
+    ALL.iter().filter(|(on, _)| *on).map(|&(_, name)| name).collect()
 }
 
 /// `Err` with a message when this is a teeth build not explicitly allowed to run.
