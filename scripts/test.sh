@@ -2,7 +2,7 @@
 # Runs the whole test suite: format and lint checks, unit and property tests, the cluster tests
 # that start real processes on 127.0.0.1, a short nemesis run (every fault kind), and the
 # checker's teeth (unsafe builds that the nemesis, the lost-disk replay or a targeted cluster
-# test must catch). Installs build dependencies when missing.
+# test must catch), and the container chaos test when a Docker engine answers. Installs build dependencies when missing.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$SEQSVR_ROOT"
@@ -89,3 +89,6 @@ expect_test_caught no-control-persist t95_teeth_control_persist "control state n
 # with the AllocSvr the store gives them to at once.
 expect_test_caught release-before-stop t95_teeth_release_before_stop "I1/I3 violated"
 echo ">> nemesis and teeth checks passed (histories in $out)"
+# The same promise on real container networks (docker kill, network disconnect, pause, rolling
+# restart, a store replaced with an empty volume); prints "skipped" without a Docker engine.
+scripts/compose-test.sh

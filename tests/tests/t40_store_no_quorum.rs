@@ -2,7 +2,7 @@
 //! UNAVAILABLE "no quorum" (nothing is proposed), and the refused advance never applies, not
 //! even once the members return and a new term commits.
 //!
-//! The refusal must come from the quorum check (`driver.rs::check_can_serve`), not from a leader
+//! The refusal must come from the quorum check (`driver/health.rs::check_can_serve`), not from a leader
 //! that already stepped down (NotLeader): so the advance is sent while the member still reports
 //! `role == leader` in the same term before and after the call. The window for that is between
 //! the moment the leader stops counting the dead members as heard (one election timeout after

@@ -6,7 +6,7 @@
 use seqsvr_client::seq::SeqClient;
 use seqsvr_cluster_tests::history::{Operation, Outcome};
 use seqsvr_cluster_tests::{wait_for, Cluster, ClusterOptions, ProcKey, WAIT_MAX};
-use seqsvr_core::ids::{AllocId, SectionId, SetId};
+use seqsvr_core::ids::{AllocId, LeaseEpoch, SectionId, Seq, SetId};
 use seqsvr_core::store::SectionAdvance;
 use seqsvr_proto::v1 as pb;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -179,7 +179,13 @@ async fn advance_with_a_stale_epoch_or_by_a_non_owner_is_rejected() {
     let section = SectionId(run.section_begin);
     let other = l.allocs.iter().find(|a| a.alloc_id != run.alloc_id).expect("two allocs").alloc_id;
     let before = store.get(&[section], WAIT_MAX).await.unwrap()[0].1;
-    let adv = |epoch| [SectionAdvance { section, max_seq: before + 1_000_000, lease_epoch: epoch }];
+    let adv = |epoch| {
+        [SectionAdvance {
+            section,
+            max_seq: Seq(before + 1_000_000),
+            lease_epoch: LeaseEpoch(epoch),
+        }]
+    };
 
     let stale =
         store.advance_as(Some(AllocId(run.alloc_id)), &adv(run.lease_epoch - 1), WAIT_MAX).await;

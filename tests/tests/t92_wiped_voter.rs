@@ -42,7 +42,7 @@ async fn a_wiped_voter_under_the_same_leader_catches_up_vote_blocked_and_is_re_a
     assert!(status.vote_blocked, "a member restarted on an empty dir must not vote: {status:?}");
     assert_eq!(cluster.local_values(wiped, &[section]).await[&section], raised);
     // (Whether a heartbeat with the stale commit index arrives before the snapshot depends on
-    // timing; `driver.rs`'s unit test pins the clamp itself.)
+    // timing; `driver/inbound.rs`'s unit test pins the clamp itself.)
 
     // It cannot lead.
     let refused =

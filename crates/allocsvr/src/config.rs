@@ -37,6 +37,13 @@ pub struct Args {
     /// port + 10000), `off`, or HOST:PORT.
     #[arg(long, env = "SEQSVR_METRICS_ADDR", default_value = "auto")]
     pub metrics_addr: String,
+    /// This AllocSvr's certificate chain (PEM), required when the cluster file has `[tls]`: its
+    /// server identity towards clients and its client identity towards the store.
+    #[arg(long, env = "SEQSVR_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "SEQSVR_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
     /// Log format: `text` or `json`. Filter with RUST_LOG (default `info`).
     #[arg(long, env = "SEQSVR_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
@@ -56,6 +63,8 @@ pub struct AllocConfig {
     pub tuning: AllocTuning,
     /// The store's limit on sections per advance.
     pub max_batch_sections: usize,
+    /// Mutual TLS (the cluster file's `[tls]` + --tls-cert/--tls-key); None: plaintext.
+    pub tls: Option<seqsvr_server::tls::TlsSetup>,
 }
 
 impl AllocConfig {
@@ -84,6 +93,13 @@ impl AllocConfig {
         };
         let listen = args.listen.unwrap_or(default);
         let metrics = seqsvr_server::metrics::metrics_addr(&args.metrics_addr, listen)?;
+        let tls = seqsvr_server::tls::TlsSetup::from_cluster(
+            cluster.tls.as_ref(),
+            &args.config,
+            args.tls_cert.as_deref(),
+            args.tls_key.as_deref(),
+            seqsvr_server::tls::ServerKind::AllocSvr,
+        )?;
         Ok(AllocConfig {
             set_id,
             addr: args.addr.clone(),
@@ -95,6 +111,7 @@ impl AllocConfig {
             stores: set.stores.iter().map(|m| (m.id, m.addr.clone())).collect(),
             tuning,
             max_batch_sections: cluster.store.max_batch_sections,
+            tls,
         })
     }
 }
@@ -115,6 +132,7 @@ impl AllocConfig {
             stores: vec![(NodeId(1), "127.0.0.1:1".into())],
             tuning: AllocTuning::default(),
             max_batch_sections: 100,
+            tls: None,
         }
     }
 }

@@ -9,11 +9,15 @@
 //!   `Instant` is `CLOCK_MONOTONIC`, which stops during a suspend: it only paces the loops).
 //! - the **advancer** batches every section that wants a higher `max_seq` into one
 //!   `AdvanceMaxSeq` (fenced by alloc id and lease epochs) and publishes the committed values.
+//!
+//! Both retry by the clients' one policy (`seqsvr_client::retry`: jittered exponential
+//! back-off); the store calls themselves retry and follow the leader within their deadlines.
 
 use crate::config::AllocConfig;
+use seqsvr_client::retry::RetryPolicy;
 use seqsvr_client::store::StoreClient;
 use seqsvr_core::alloc::{AllocConfig as TableConfig, AllocTable};
-use seqsvr_core::ids::{AllocId, SectionId};
+use seqsvr_core::ids::{AllocId, LeaseEpoch, SectionId};
 use seqsvr_core::lease;
 use seqsvr_core::section::SectionRange;
 use seqsvr_core::store::SectionAdvance;
@@ -184,7 +188,10 @@ impl Shared {
 /// Registers, heartbeats and loads until `stop` flips.
 pub async fn lease_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let heartbeat = Duration::from_millis(shared.config.tuning.heartbeat_ms);
-    let mut backoff = Duration::from_millis(50);
+    // Between registration attempts: never longer than a heartbeat period (a registered
+    // AllocSvr would have tried again by then). Reset by a renewed lease only, so a store that
+    // registers us and then does not know us cannot make the loop spin.
+    let mut backoff = RetryPolicy::STANDARD.capped(heartbeat).backoff();
     let mut last_error: Option<String> = None;
     loop {
         if *stop.borrow() {
@@ -203,8 +210,7 @@ pub async fn lease_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 }
                 Err(status) => {
                     note_error(&mut last_error, "registration with the store failed", &status);
-                    sleep_or_stop(backoff, &mut stop).await;
-                    backoff = (backoff * 2).min(heartbeat);
+                    sleep_or_stop(backoff.next_delay(), &mut stop).await;
                     continue;
                 }
             },
@@ -221,18 +227,22 @@ pub async fn lease_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 if last_error.take().is_some() {
                     tracing::info!(alloc = %alloc, "lease renewed again");
                 }
-                backoff = Duration::from_millis(50);
+                backoff.reset();
                 install_grant(&shared, alloc, sent_boot, received_boot, reply);
             }
             Err(status) if matches!(status.code(), Code::NotFound | Code::FailedPrecondition) => {
                 tracing::warn!(alloc = %alloc, reason = %status.message(),
                     "registration lost: stop serving everything and register again");
-                let mut inner = shared.lock();
-                inner.lease_until = None;
-                inner.table.grant(&[]);
-                inner.alloc_id = None;
-                drop(inner);
+                {
+                    let mut inner = shared.lock();
+                    inner.lease_until = None;
+                    inner.table.grant(&[]);
+                    inner.alloc_id = None;
+                }
                 shared.changed.notify_waiters();
+                // Register again after a back-off: the first is short (the lease is gone, so
+                // this AllocSvr serves nothing meanwhile), repeats grow.
+                sleep_or_stop(backoff.next_delay(), &mut stop).await;
                 continue;
             }
             Err(status) => {
@@ -272,12 +282,12 @@ fn install_grant(
     reply: pb::HeartbeatResponse,
 ) {
     let until = lease_end(sent, received, reply.lease_ms, reply.lease_margin_ms);
-    let runs: Vec<(SectionRange, u64)> = reply
+    let runs: Vec<(SectionRange, LeaseEpoch)> = reply
         .runs
         .iter()
         .filter_map(|r| {
             let range = SectionRange::new(SectionId(r.section_begin), SectionId(r.section_end))?;
-            Some((range, r.lease_epoch))
+            Some((range, LeaseEpoch(r.lease_epoch)))
         })
         .collect();
     let to_load = {
@@ -300,7 +310,7 @@ fn install_grant(
                 Ok(values) => {
                     shared.lock().table.loaded(range, lease_epoch, &values);
                     tracing::info!(alloc = %alloc, begin = %range.begin(), end = %range.end(),
-                        lease_epoch, "sections loaded; serving them");
+                        lease_epoch = lease_epoch.0, "sections loaded; serving them");
                     shared.changed.notify_waiters();
                 }
                 Err(status) => {
@@ -320,7 +330,7 @@ fn install_grant(
 /// Sends wanted advances in batches until `stop` flips.
 pub async fn advancer(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let wait = Duration::from_millis(shared.config.tuning.request_timeout_ms);
-    let mut backoff = Duration::from_millis(20);
+    let mut backoff = RetryPolicy::STANDARD.backoff();
     loop {
         let (alloc, batch) = {
             let mut inner = shared.lock();
@@ -371,7 +381,7 @@ pub async fn advancer(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 }
                 drop(inner);
                 shared.changed.notify_waiters();
-                backoff = Duration::from_millis(20);
+                backoff.reset();
             }
             Err(status) => {
                 let fenced = status.code() == Code::FailedPrecondition;
@@ -388,8 +398,7 @@ pub async fn advancer(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                     shared.wake_heartbeat.notify_one();
                 }
                 shared.changed.notify_waiters();
-                sleep_or_stop(backoff, &mut stop).await;
-                backoff = (backoff * 2).min(Duration::from_millis(500));
+                sleep_or_stop(backoff.next_delay(), &mut stop).await;
             }
         }
     }
@@ -530,7 +539,11 @@ mod tests {
 
     #[test]
     fn an_advance_answer_must_pair_with_the_request() {
-        let a = |s| SectionAdvance { section: SectionId(s), max_seq: 100, lease_epoch: 1 };
+        let a = |s| SectionAdvance {
+            section: SectionId(s),
+            max_seq: seqsvr_core::ids::Seq(100),
+            lease_epoch: LeaseEpoch(1),
+        };
         let batch = [a(1), a(2)];
         assert!(pairs_with(&batch, &[(SectionId(1), 100), (SectionId(2), 120)]));
         assert!(!pairs_with(&batch, &[(SectionId(2), 100), (SectionId(1), 120)]), "order");

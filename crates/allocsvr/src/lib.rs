@@ -19,6 +19,7 @@ pub mod service;
 use anyhow::Context;
 use config::AllocConfig;
 use seqsvr_proto::v1::seq_service_server::SeqServiceServer;
+use seqsvr_server::tls::ServeExt as _;
 use std::future::Future;
 use tokio::sync::watch;
 
@@ -36,6 +37,20 @@ pub async fn run(config: AllocConfig, shutdown: impl Future<Output = ()>) -> any
         // Before anything registers a series: handles made earlier would record nothing.
         seqsvr_server::metrics::install(addr, &[("set", config.set_id.0.to_string())])?;
     }
+    // Its channels to the store present this AllocSvr's certificate (set before any is opened).
+    if let Some(setup) = &config.tls {
+        let f = &setup.files;
+        let tls = seqsvr_client::tls::ClientTls::read(
+            &f.server_name,
+            &f.cert,
+            &f.key,
+            &f.client_ca,
+            &f.store_ca,
+        )
+        .map_err(anyhow::Error::msg)?;
+        seqsvr_client::tls::set_process_tls(Some(tls));
+    }
+    let tls = config.tls.clone();
     let shared = lease::Shared::new(config)?;
     tracing::info!(set = %shared.config.set_id, addr = %shared.config.addr, %listen,
         step = shared.config.tuning.step, "allocsvr starting");
@@ -53,24 +68,22 @@ pub async fn run(config: AllocConfig, shutdown: impl Future<Output = ()>) -> any
     let (reflection_v1, reflection_v1alpha) = seqsvr_server::grpc::reflection(&services)?;
     let result = tonic::transport::Server::builder()
         .tcp_nodelay(true)
+        .layer(seqsvr_server::tls::auth_layer(tls.as_ref()))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(SeqServiceServer::new(service::SeqServer { shared: shared.clone() }))
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            {
-                let (shared, stop) = (shared.clone(), stop.clone());
-                async move {
-                    shutdown.await;
-                    tracing::info!("shutting down: handing sections back, then draining calls");
-                    let _ = stop.send(true);
-                    let within =
-                        std::time::Duration::from_millis(shared.config.tuning.request_timeout_ms);
-                    lease::hand_back(&shared, within).await;
-                }
-            },
-        )
+        .serve_maybe_tls(listener, tls.as_ref(), {
+            let (shared, stop) = (shared.clone(), stop.clone());
+            async move {
+                shutdown.await;
+                tracing::info!("shutting down: handing sections back, then draining calls");
+                let _ = stop.send(true);
+                let within =
+                    std::time::Duration::from_millis(shared.config.tuning.request_timeout_ms);
+                lease::hand_back(&shared, within).await;
+            }
+        })
         .await;
     let _ = stop.send(true);
     let _ = lease_task.await;

@@ -328,7 +328,7 @@ mod tests {
     use super::*;
     use crate::config::AllocConfig;
     use pb::seq_service_server::SeqService as _;
-    use seqsvr_core::ids::AllocId;
+    use seqsvr_core::ids::{AllocId, LeaseEpoch};
     use seqsvr_core::section::SectionRange;
     use std::collections::BTreeMap;
 
@@ -340,9 +340,13 @@ mod tests {
             let mut inner = shared.lock();
             inner.alloc_id = Some(AllocId(1));
             inner.extend_lease(BootInstant::now() + Duration::from_secs(60));
-            let runs = [(SectionRange::new(SectionId(1), SectionId(2)).unwrap(), 1)];
+            let runs = [(SectionRange::new(SectionId(1), SectionId(2)).unwrap(), LeaseEpoch(1))];
             inner.table.grant(&runs);
-            inner.table.loaded(runs[0].0, 1, &BTreeMap::from([(SectionId(1), max_seq)]));
+            inner.table.loaded(
+                runs[0].0,
+                LeaseEpoch(1),
+                &BTreeMap::from([(SectionId(1), max_seq)]),
+            );
             let entry = |begin, end, alloc| pb::RouteEntry {
                 section_begin: begin,
                 section_end: end,
@@ -434,7 +438,7 @@ mod tests {
             let mut inner = s.shared.lock();
             assert_eq!(inner.table.next(15), Err(SeqError::Exhausted(SectionId(1))));
             let wanted = inner.table.take_wanted(10);
-            inner.table.advanced(SectionId(1), 1, Some(wanted[0].max_seq));
+            inner.table.advanced(SectionId(1), LeaseEpoch(1), Some(wanted[0].max_seq.0));
         }
         s
     }

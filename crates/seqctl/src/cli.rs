@@ -42,6 +42,13 @@ pub struct GlobalArgs {
     /// Print JSON (the same rows and fields as the tables, plus nested detail) instead of text.
     #[arg(long, global = true)]
     pub json: bool,
+    /// This client's certificate chain (PEM), needed when the cluster file has `[tls]` (an
+    /// `admin` identity for store commands; see `seqctl certs init`).
+    #[arg(long, env = "SEQSVR_TLS_CERT", global = true, value_name = "PEM")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "SEQSVR_TLS_KEY", global = true, value_name = "PEM")]
+    pub tls_key: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -97,11 +104,47 @@ pub enum Command {
     /// StoreSvr (Raft group) commands.
     #[command(subcommand)]
     Store(StoreCommand),
+    /// Certificates for mutual TLS.
+    #[command(subcommand)]
+    Certs(CertsCommand),
     /// Print a shell completion script (bash, zsh, fish, ...).
     ///
     /// `seqctl completions bash > /etc/bash_completion.d/seqctl`, or
     /// `seqctl completions zsh > "${fpath[1]}/_seqctl"`.
     Completions { shell: clap_complete::Shell },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CertsCommand {
+    /// Make a development PKI in DIR and print the `[tls]` block for the cluster file.
+    ///
+    /// Two CAs: `cluster-ca` issues every StoreSvr (`store-<set>-<id>`, role peer of its set),
+    /// AllocSvr (`alloc-<set>-<i>`) and `admin`; `client-ca` issues `client`. StoreSvrs trust
+    /// only the cluster CA; AllocSvrs trust both (`client-bundle.pem`). Keys are written 0600.
+    /// Needs no cluster config and no running cluster.
+    Init {
+        /// Where to write the files (created if missing).
+        #[arg(long)]
+        dir: PathBuf,
+        /// Sets to make StoreSvr and AllocSvr certificates for (set ids 0..N).
+        #[arg(long, default_value_t = 1)]
+        sets: u32,
+        /// StoreSvr members per set (member ids 1..=M).
+        #[arg(long, default_value_t = 3)]
+        members: u64,
+        /// AllocSvr certificates per set.
+        #[arg(long, default_value_t = 2)]
+        allocs: u32,
+        /// The DNS name every server certificate carries and clients verify.
+        #[arg(long, default_value = "seqsvr")]
+        server_name: String,
+        /// Validity of every certificate, in days.
+        #[arg(long, default_value_t = 365)]
+        days: u32,
+        /// Replace existing files in DIR.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -38,6 +38,8 @@ pub struct Ctx {
     pub config_path: PathBuf,
     pub timeout: Duration,
     pub json: bool,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
 }
 
 impl Ctx {
@@ -46,6 +48,8 @@ impl Ctx {
             config_path: global.config.clone(),
             timeout: Duration::from_millis(global.timeout_ms),
             json: global.json,
+            tls_cert: global.tls_cert.clone(),
+            tls_key: global.tls_key.clone(),
         }
     }
 
@@ -63,12 +67,41 @@ impl Ctx {
                  data/local/cluster.toml, written by `scripts/dev-cluster.sh up`)",
             )
         })?;
-        ClusterConfig::from_toml_str(&text).map_err(|e| {
+        let config = ClusterConfig::from_toml_str(&text).map_err(|e| {
             CtlError::usage(
                 format!("the cluster config {path} is not valid: {e}"),
                 "compare it with config/cluster.toml",
             )
-        })
+        })?;
+        self.use_tls(&config)?;
+        Ok(config)
+    }
+
+    /// With `[tls]` in the cluster file, every channel from now on presents --tls-cert.
+    fn use_tls(&self, config: &ClusterConfig) -> Result<(), CtlError> {
+        let path = self.config_path.display();
+        let (tls, cert, key) = match (&config.tls, &self.tls_cert, &self.tls_key) {
+            (None, None, None) => return Ok(()),
+            (None, _, _) => {
+                return Err(CtlError::usage(
+                    format!("--tls-cert/--tls-key given, but {path} has no [tls] section"),
+                    "drop them, or add the [tls] block `seqctl certs init` printed",
+                ))
+            }
+            (Some(tls), Some(cert), Some(key)) => (tls, cert, key),
+            (Some(_), _, _) => {
+                return Err(CtlError::usage(
+                    format!("{path} has a [tls] section: seqctl needs a certificate"),
+                    "pass --tls-cert and --tls-key (or SEQSVR_TLS_CERT/SEQSVR_TLS_KEY), e.g. \
+                     the admin.pem/admin.key of `seqctl certs init`",
+                ))
+            }
+        };
+        let dir = self.config_path.parent().unwrap_or(std::path::Path::new(""));
+        let client = seqsvr_client::tls::ClientTls::from_files(tls, dir, cert, key)
+            .map_err(|e| CtlError::usage(e, "check --tls-cert/--tls-key and the [tls] paths"))?;
+        seqsvr_client::tls::set_process_tls(Some(client));
+        Ok(())
     }
 }
 

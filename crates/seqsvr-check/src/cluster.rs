@@ -116,6 +116,10 @@ pub struct ClusterOptions {
     /// Start AllocSvrs under libfaketime (wall clock only; the monotonic clock stays real), so
     /// the nemesis can jump their wall clocks.
     pub faketime: bool,
+    /// Start every store member the way `docker-compose.yml` does: always with
+    /// `--initial-cluster-state new` and `--created-marker <dir>/set-<S>.created` (one marker per
+    /// set, outside the data dirs), so the marker alone tells a lost disk from a new set.
+    pub created_marker: bool,
 }
 
 /// Where Debian's `faketime` package puts the preload library.
@@ -149,6 +153,7 @@ impl Default for ClusterOptions {
             },
             proxied: false,
             faketime: false,
+            created_marker: false,
         }
     }
 }
@@ -194,6 +199,8 @@ pub struct Cluster {
     /// (from, to) → the proxy carrying that link, when proxied.
     pub links: BTreeMap<(ProcKey, ProcKey), Proxy>,
     faketime: bool,
+    /// See [`ClusterOptions::created_marker`].
+    created_marker: bool,
 }
 
 impl Cluster {
@@ -258,6 +265,7 @@ impl Cluster {
             store: options.tuning.clone(),
             alloc: options.alloc.clone(),
             sets,
+            tls: None,
         };
         config.validate().expect("test cluster config is valid");
         let config_path = dir.path().join("cluster.toml");
@@ -281,13 +289,25 @@ impl Cluster {
             std::fs::write(&p.config_path, view.to_toml_string()).expect("write process config");
             std::fs::write(&p.faketime_file, "+0\n").expect("write faketime file");
         }
-        let mut cluster =
-            Cluster { dir, config_path, config, procs, links, faketime: options.faketime };
+        let mut cluster = Cluster {
+            dir,
+            config_path,
+            config,
+            procs,
+            links,
+            faketime: options.faketime,
+            created_marker: options.created_marker,
+        };
         let keys: Vec<ProcKey> = cluster.procs.iter().map(|p| p.key).collect();
         for key in keys {
             cluster.start_proc(key);
         }
         cluster
+    }
+
+    /// The file a set's members write once they serve (see [`ClusterOptions::created_marker`]).
+    pub fn created_marker_path(&self, set: SetId) -> PathBuf {
+        self.dir.path().join(format!("set-{}.created", set.0))
     }
 
     pub fn proc(&self, key: ProcKey) -> &Proc {
@@ -307,8 +327,12 @@ impl Cluster {
                 c.args(["--set-id", &set.0.to_string(), "--node-id", &id.0.to_string()])
                     .arg("--data-dir")
                     .arg(&p.data_dir)
-                    .arg("--initial-cluster-state")
-                    .arg(if p.bootstrap { "new" } else { "existing" });
+                    .arg("--initial-cluster-state");
+                if self.created_marker {
+                    c.arg("new").arg("--created-marker").arg(self.created_marker_path(set));
+                } else {
+                    c.arg(if p.bootstrap { "new" } else { "existing" });
+                }
                 if !p.in_file {
                     c.args(["--addr", &p.addr]);
                 }

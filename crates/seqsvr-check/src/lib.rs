@@ -8,10 +8,13 @@
 //! - [`proxy`]: fault-injecting TCP proxies for cutting single links.
 //! - [`observe`]: a process's `/metrics` and gRPC health, read as an operator's tools do.
 //! - [`nemesis`]: seeded fault schedules and the runner behind `seqcheck nemesis`.
+//! - [`load`]: `seqcheck load`: the nemesis's client load against any running cluster (a cluster
+//!   file), with steps marked on stdin by an outside fault script (the container chaos test).
 //! - [`lost_disk`]: the lost-disk interleaving (`DESIGN.md` §8) behind `seqcheck lost-disk`.
 
 pub mod cluster;
 pub mod history;
+pub mod load;
 pub mod lost_disk;
 pub mod nemesis;
 pub mod observe;

@@ -57,6 +57,27 @@ enum Command {
         #[arg(long)]
         heartbeat_ms: Option<u64>,
     },
+    /// Load a running cluster (its cluster file) with recorded calls while an outside script
+    /// injects faults, marking them on stdin (`step NAME`, then `stop` or end of input); then
+    /// check the history and report the longest stretch without a successful call per step.
+    Load {
+        /// The cluster file clients use (its sets' `allocs` are the seeds).
+        #[arg(long)]
+        config: PathBuf,
+        /// Where history.jsonl, report.json and summary.md go.
+        #[arg(long, default_value = "data/load")]
+        out: PathBuf,
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Comma-separated set ids to load (default: every set of the file).
+        #[arg(long, value_delimiter = ',')]
+        sets: Vec<u64>,
+        /// How long to wait for every set to serve before the load starts.
+        #[arg(long, default_value_t = 60)]
+        connect_wait_s: u64,
+    },
     /// Replay the lost-disk interleaving with real processes: a lagging member plus a member
     /// whose data dir was wiped must not elect a leader that lost a committed max_seq.
     /// Binaries come from SEQSVR_BIN_DIR (e.g. a teeth build), else next to seqcheck.
@@ -129,6 +150,39 @@ fn lost_disk_command(cfg: LostDiskConfig) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Load { config, out, clients, seed, sets, connect_wait_s } => {
+            let cfg = seqsvr_check::load::LoadConfig {
+                config,
+                out_dir: out.clone(),
+                clients,
+                seed,
+                sets,
+                connect_wait: std::time::Duration::from_secs(connect_wait_s),
+            };
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: cannot start runtime: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            match runtime.block_on(seqsvr_check::load::run(cfg)) {
+                Ok(summary) => {
+                    print_report(&summary.report);
+                    print!("{}", summary.table());
+                    println!("history and report in {}", out.display());
+                    if summary.report.is_valid() {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(1)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("error: load run failed: {e:#}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Command::LostDisk { window_election_timeouts, no_repair, keep } => {
             lost_disk_command(LostDiskConfig { window_election_timeouts, repair: !no_repair, keep })
         }

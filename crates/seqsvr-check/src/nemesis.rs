@@ -17,7 +17,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use seqsvr_client::seq::SeqClient;
-use seqsvr_core::ids::{NodeId, SetId};
+use seqsvr_core::ids::{LeaseEpoch, NodeId, Seq, SetId};
 use seqsvr_proto::v1 as pb;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -228,11 +228,29 @@ impl Summary {
     }
 }
 
-struct Load {
-    stop: Arc<AtomicBool>,
-    ops: Arc<Mutex<Vec<Operation>>>,
-    ok: Arc<AtomicU64>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+pub(crate) struct Load {
+    pub(crate) stop: Arc<AtomicBool>,
+    pub(crate) ops: Arc<Mutex<Vec<Operation>>>,
+    pub(crate) ok: Arc<AtomicU64>,
+    pub(crate) tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    /// Stops the callers, waits for their last calls, and saves the history as
+    /// `history.jsonl` in `out_dir`.
+    pub(crate) async fn finish(self, out_dir: &std::path::Path) -> anyhow::Result<Vec<Operation>> {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        let ops = Arc::try_unwrap(self.ops).map_err(|_| anyhow::anyhow!("load still running"))?;
+        let ops = ops.into_inner().unwrap_or_else(|e| e.into_inner());
+        write_jsonl(
+            &ops,
+            std::io::BufWriter::new(std::fs::File::create(out_dir.join("history.jsonl"))?),
+        )?;
+        Ok(ops)
+    }
 }
 
 /// Concurrent callers per client, sharing its `SeqClient`: their calls to one AllocSvr get
@@ -242,7 +260,12 @@ const WORKERS_PER_CLIENT: usize = 2;
 /// Each client has its own `SeqClient`, hence its own route table, as independent application
 /// servers would: during a hand-over some still go to the old owner while others already go to
 /// the new one, which is exactly where a broken hand-over shows.
-fn start_load(clients: Vec<Arc<SeqClient>>, uids: Vec<(u64, u64)>, seed: u64, t0: Instant) -> Load {
+pub(crate) fn start_load(
+    clients: Vec<Arc<SeqClient>>,
+    uids: Vec<(u64, u64)>,
+    seed: u64,
+    t0: Instant,
+) -> Load {
     let stop = Arc::new(AtomicBool::new(false));
     let ops = Arc::new(Mutex::new(Vec::new()));
     let ok = Arc::new(AtomicU64::new(0));
@@ -448,17 +471,8 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Summary> {
             ));
         }
     }
-    load.stop.store(true, Ordering::SeqCst);
-    for t in load.tasks {
-        let _ = t.await;
-    }
-    let ops = Arc::try_unwrap(load.ops).map_err(|_| anyhow::anyhow!("load still running"))?;
-    let ops = ops.into_inner().unwrap_or_else(|e| e.into_inner());
+    let ops = load.finish(&cfg.out_dir).await?;
     let report = check(&ops);
-    write_jsonl(
-        &ops,
-        std::io::BufWriter::new(std::fs::File::create(cfg.out_dir.join("history.jsonl"))?),
-    )?;
     let faults_by_kind = tally.into_iter().map(|(k, t)| (k.name(), t)).collect();
     let summary =
         Summary { seed: cfg.seed, seconds: cfg.seconds, faults: records, faults_by_kind, report };
@@ -747,8 +761,11 @@ async fn zombie_advance(cluster: &Cluster, set: SetId, ctx: &Ctx<'_>) -> anyhow:
     let committed = store.get(&[section], WAIT_MAX).await.map_err(step("get max_seq"))?[0].1;
     // The zombie extends its range with its old epoch and, if that commits, serves from it.
     let invoke_ns = ctx.t0.elapsed().as_nanos() as u64;
-    let advance =
-        [SectionAdvance { section, max_seq: committed + 1000, lease_epoch: zombie_epoch }];
+    let advance = [SectionAdvance {
+        section,
+        max_seq: Seq(committed + 1000),
+        lease_epoch: LeaseEpoch(zombie_epoch),
+    }];
     match store.advance_as(Some(AllocId(zombie)), &advance, WAIT_MAX).await {
         Ok(_) => {
             ctx.say("(stale advance ACCEPTED) ".to_string());

@@ -1,7 +1,8 @@
 //! The client SDK of the public API. Give it one seed address per set (any AllocSvr of the set);
 //! it learns each set's route table from the seeds and keeps it fresh from the tables that ride
 //! on replies (seqsvr's embedded route table). It retries NOT_OWNER at once with the table it
-//! came with, and UNAVAILABLE with capped backoff, always within the caller's deadline.
+//! came with (a few in a row, then it backs off), and UNAVAILABLE with jittered, capped backoff,
+//! always within the caller's deadline: the policy of [`crate::retry`].
 //!
 //! A `next_batch` whose uids live on several AllocSvrs is split into one call per AllocSvr; each
 //! call is all-or-nothing, the whole batch is not (a failed part only leaves gaps). Every retry
@@ -17,6 +18,7 @@
 //! are out rides the next one. An entry the AllocSvr cannot serve at once (hand-over, waiting
 //! for an advance) comes back as 0 and is retried alone, so it never holds up the others.
 
+use crate::retry::{retryable, RetryPolicy};
 use seqsvr_proto::v1::seq_service_client::SeqServiceClient;
 use seqsvr_proto::v1::{self as pb};
 use std::collections::HashMap;
@@ -30,11 +32,10 @@ use tokio::time::Instant;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
-const BACKOFF_MIN: Duration = Duration::from_millis(20);
-const BACKOFF_MAX: Duration = Duration::from_millis(500);
 const ATTEMPT_TIMEOUT_MAX: Duration = Duration::from_secs(3);
-/// NOT_OWNER redirects followed in a row before backing off (tables can lag a hand-over).
-const REDIRECTS_MAX: usize = 4;
+/// When refreshing route tables from several AllocSvrs at once: how long the others may still
+/// answer after the first table arrived.
+const SEED_GRACE: Duration = Duration::from_millis(200);
 
 /// How the SDK talks to AllocSvrs.
 #[derive(Clone, Debug)]
@@ -117,10 +118,6 @@ pub fn route_table_of(status: &Status) -> Option<pb::RouteTable> {
     use prost::Message as _;
     let bytes = status.metadata().get_bin(seqsvr_proto::ROUTE_TABLE_METADATA)?.to_bytes().ok()?;
     pb::RouteTable::decode(bytes.as_ref()).ok()
-}
-
-fn retryable(code: Code) -> bool {
-    matches!(code, Code::Unavailable | Code::DeadlineExceeded | Code::Unknown | Code::Cancelled)
 }
 
 fn owner_entry(table: &pb::RouteTable, uid: u64) -> Option<&pb::RouteEntry> {
@@ -237,20 +234,18 @@ impl SeqClient {
             counters: Counters::default(),
         };
         let until = Instant::now() + deadline;
-        let mut backoff = BACKOFF_MIN;
+        let mut backoff = RetryPolicy::STANDARD.backoff();
         loop {
             let errors = client.refresh_from(&client.seeds, until).await;
             if !client.tables.read().unwrap_or_else(|e| e.into_inner()).is_empty() {
                 return Ok(client);
             }
-            if Instant::now() + backoff >= until {
+            if !backoff.wait(until).await {
                 return Err(Status::unavailable(format!(
                     "no seed answered with a route table: {}",
                     errors.join("; ")
                 )));
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(BACKOFF_MAX);
         }
     }
 
@@ -278,7 +273,7 @@ impl SeqClient {
         if let Some(c) = channels.get(addr) {
             return Ok(c.clone());
         }
-        let c = crate::store::channel(addr)?;
+        let c = crate::store::channel_on(addr, crate::tls::Plane::Client)?;
         channels.insert(addr.to_string(), c.clone());
         Ok(c)
     }
@@ -302,25 +297,51 @@ impl SeqClient {
 
     /// Asks each address for its route table; returns the errors of those that failed.
     async fn refresh_from(&self, addrs: &[String], until: Instant) -> Vec<String> {
-        let mut errors = Vec::new();
-        for addr in addrs {
-            let left = until.saturating_duration_since(Instant::now()).min(ATTEMPT_TIMEOUT_MAX);
-            if left.is_zero() {
-                break;
-            }
-            bump(&self.counters.route_refreshes);
-            let result = async {
-                let mut client = SeqServiceClient::new(self.channel(addr)?);
-                let mut req = tonic::Request::new(pb::GetRouteTableRequest {});
-                req.set_timeout(left);
-                match tokio::time::timeout(left, client.get_route_table(req)).await {
-                    Ok(r) => r.map(|r| r.into_inner().route_table),
-                    Err(_) => Err(Status::deadline_exceeded(format!("{addr} did not answer"))),
+        use futures::StreamExt;
+        let left = until.saturating_duration_since(Instant::now()).min(ATTEMPT_TIMEOUT_MAX);
+        if left.is_zero() {
+            return Vec::new();
+        }
+        // Every address at once: one hung AllocSvr (a paused container, a half-open connection)
+        // must not take the whole deadline before the others are asked.
+        let mut asks: futures::stream::FuturesUnordered<_> = addrs
+            .iter()
+            .map(|addr| async move {
+                bump(&self.counters.route_refreshes);
+                let result = async {
+                    let mut client = SeqServiceClient::new(self.channel(addr)?);
+                    let mut req = tonic::Request::new(pb::GetRouteTableRequest {});
+                    req.set_timeout(left);
+                    match tokio::time::timeout(left, client.get_route_table(req)).await {
+                        Ok(r) => r.map(|r| r.into_inner().route_table),
+                        Err(_) => Err(Status::deadline_exceeded(format!("{addr} did not answer"))),
+                    }
                 }
-            }
-            .await;
+                .await;
+                (addr, result)
+            })
+            .collect();
+        let mut errors = Vec::new();
+        // Once one table arrived, the others get SEED_GRACE more (tables of other sets come
+        // from their own AllocSvrs; a set still unknown is asked again on its first call).
+        let mut grace_until: Option<Instant> = None;
+        loop {
+            let next = match grace_until {
+                Some(at) => match tokio::time::timeout_at(at, asks.next()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        errors.push(format!("{} more did not answer in time", asks.len()));
+                        break;
+                    }
+                },
+                None => asks.next().await,
+            };
+            let Some((addr, result)) = next else { break };
             match result {
-                Ok(Some(table)) => self.install(table),
+                Ok(Some(table)) => {
+                    self.install(table);
+                    grace_until.get_or_insert_with(|| Instant::now() + SEED_GRACE);
+                }
                 Ok(None) => errors.push(format!("{addr}: empty route table")),
                 Err(status) => errors.push(format!("{addr}: {}", status.message())),
             }
@@ -404,8 +425,7 @@ impl SeqClient {
         Fut: Future<Output = Result<(T, Option<pb::RouteTable>), Status>>,
     {
         let until = Instant::now() + deadline;
-        let mut backoff = BACKOFF_MIN;
-        let mut redirects = 0;
+        let mut backoff = RetryPolicy::STANDARD.backoff();
         loop {
             let status = match self.locate(uid, until).await {
                 Err(s) if s.code() == Code::InvalidArgument => return Err(s),
@@ -438,8 +458,8 @@ impl SeqClient {
                         Err(s) if s.code() == Code::FailedPrecondition => {
                             if let Some(t) = route_table_of(&s) {
                                 self.install(t);
-                                redirects += 1;
-                                if redirects <= REDIRECTS_MAX {
+                                // At once, a few times in a row; then back off like any retry.
+                                if backoff.redirect() {
                                     bump(&self.counters.redirects);
                                     continue;
                                 }
@@ -453,12 +473,9 @@ impl SeqClient {
                     }
                 }
             };
-            if until.saturating_duration_since(Instant::now()) <= backoff {
+            if !backoff.wait(until).await {
                 return Err(status);
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(BACKOFF_MAX);
-            redirects = 0;
             bump(&self.counters.retries);
             self.refresh_for(uid, until).await;
         }
@@ -567,8 +584,7 @@ impl SeqClient {
         let until = Instant::now() + deadline;
         let mut out = vec![0u64; uids.len()];
         let mut pending: Vec<usize> = (0..uids.len()).collect();
-        let mut backoff = BACKOFF_MIN;
-        let mut redirects = 0;
+        let mut backoff = RetryPolicy::STANDARD.backoff();
         loop {
             let groups = match self.groups_of(uids, &pending) {
                 Ok(groups) => groups,
@@ -629,18 +645,14 @@ impl SeqClient {
             if pending.is_empty() {
                 return Ok(out);
             }
-            if wait.is_none() && redirected.is_some() && redirects < REDIRECTS_MAX {
-                redirects += 1;
+            if wait.is_none() && redirected.is_some() && backoff.redirect() {
                 bump(&self.counters.redirects);
                 continue; // regroup at once by the tables the redirects brought
             }
             let status = wait.or(redirected).unwrap_or_else(|| Status::unavailable("retry"));
-            if until.saturating_duration_since(Instant::now()) <= backoff {
+            if !backoff.wait(until).await {
                 return Err(status);
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(BACKOFF_MAX);
-            redirects = 0;
             bump(&self.counters.retries);
             for uid in self.one_uid_per_set(pending.iter().map(|&i| uids[i])) {
                 self.refresh_for(uid, until).await;
@@ -927,6 +939,30 @@ mod tests {
         addr
     }
 
+    /// A seed that accepts connections but never answers (a paused AllocSvr behind a port
+    /// proxy) listed first must not use up the deadline: the seeds are asked at once. Asked one
+    /// after the other, the hung seed takes the whole 2 s and `connect` fails.
+    #[tokio::test]
+    async fn a_hung_seed_does_not_use_up_the_deadline() {
+        let hung = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let hung_addr = hung.local_addr().unwrap().to_string();
+        // Accepts and holds connections, answers nothing.
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = hung.accept().await {
+                held.push(conn);
+            }
+        });
+        let good = Fake::new();
+        let good_addr = serve(good.clone()).await;
+        good.set(vec![0], table(1, 1, (0, 100), vec![entry(0, 1, 1, &good_addr)]));
+        let c = SeqClient::connect(&[hung_addr, good_addr], Duration::from_secs(2))
+            .await
+            .expect("the answering seed's table");
+        assert_eq!(c.route_tables().len(), 1);
+        assert_eq!(c.next(1, Duration::from_secs(2)).await.unwrap(), 1);
+    }
+
     /// A hand-over splits a group after the client grouped a batch: A (owner of sections 0 and
     /// 1 in v1) gives section 1 to B (v2). The batch must reach both, not retry the whole
     /// group at A until the deadline.
@@ -1090,28 +1126,133 @@ mod tests {
         assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
         assert!(started.elapsed() < Duration::from_secs(1), "not retried until the deadline");
         assert_eq!(fake.calls.load(Ordering::SeqCst), 1, "asked once");
-        // Retries back off (doubling from 20 ms): a hand-over that lasts longer than the
-        // deadline costs a handful of attempts, not a busy loop against the AllocSvr.
+        // Retries back off (doubling from 20 ms, jittered): a hand-over that lasts longer than
+        // the deadline costs a handful of attempts, not a busy loop against the AllocSvr. (The
+        // codes retried are tabled in retry.rs.)
         let unavailable: Vec<_> = (0..1000).map(|_| Err(Status::unavailable("busy"))).collect();
         let (c, fake) = scripted(unavailable, vec![]).await;
         let status = c.next_batch(&[5], Duration::from_millis(400)).await.unwrap_err();
         assert_eq!(status.code(), Code::Unavailable, "{status:?}");
         let calls = fake.calls.load(Ordering::SeqCst);
         assert!((2..=8).contains(&calls), "{calls} attempts in 400 ms");
-        let retried: Vec<bool> = [
-            Code::Unavailable,
-            Code::DeadlineExceeded,
-            Code::Unknown,
-            Code::Cancelled,
-            Code::InvalidArgument,
-            Code::FailedPrecondition,
-            Code::ResourceExhausted,
-            Code::Internal,
-        ]
-        .into_iter()
-        .map(retryable)
-        .collect();
-        assert_eq!(retried, [true, true, true, true, false, false, false, false]);
+    }
+
+    /// An AllocSvr that answers every call NOT_OWNER with an ever newer route table naming
+    /// `other` as the owner of everything.
+    struct PingPong {
+        other: Mutex<String>,
+        /// Shared by both: every table either sends is newer than the last.
+        version: Arc<AtomicU64>,
+        calls: AtomicU64,
+    }
+
+    impl PingPong {
+        fn table(&self) -> pb::RouteTable {
+            let version = self.version.fetch_add(1, Ordering::SeqCst);
+            table(1, version, (0, 100), vec![entry(0, 10, 1, &self.other.lock().unwrap())])
+        }
+
+        fn not_owner(&self) -> Status {
+            use prost::Message as _;
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let mut status = Status::failed_precondition("NOT_OWNER: ask the other one");
+            status.metadata_mut().insert_bin(
+                seqsvr_proto::ROUTE_TABLE_METADATA,
+                tonic::metadata::MetadataValue::from_bytes(&self.table().encode_to_vec()),
+            );
+            status
+        }
+    }
+
+    struct PingPongHandle(Arc<PingPong>);
+
+    #[tonic::async_trait]
+    impl SeqService for PingPongHandle {
+        async fn next(
+            &self,
+            _: tonic::Request<pb::NextRequest>,
+        ) -> Result<tonic::Response<pb::NextResponse>, Status> {
+            Err(self.0.not_owner())
+        }
+
+        async fn next_batch(
+            &self,
+            _: tonic::Request<pb::NextBatchRequest>,
+        ) -> Result<tonic::Response<pb::NextBatchResponse>, Status> {
+            Err(self.0.not_owner())
+        }
+
+        async fn current(
+            &self,
+            _: tonic::Request<pb::CurrentRequest>,
+        ) -> Result<tonic::Response<pb::CurrentResponse>, Status> {
+            Err(self.0.not_owner())
+        }
+
+        async fn get_route_table(
+            &self,
+            _: tonic::Request<pb::GetRouteTableRequest>,
+        ) -> Result<tonic::Response<pb::GetRouteTableResponse>, Status> {
+            Ok(tonic::Response::new(pb::GetRouteTableResponse {
+                route_table: Some(self.0.table()),
+            }))
+        }
+    }
+
+    /// Two AllocSvrs that each answer NOT_OWNER with an ever newer route table naming the
+    /// other: every table is installed, so each answer is a redirect. The client follows a few
+    /// in a row, then backs off, and fails within its deadline with the last NOT_OWNER, after
+    /// a bounded number of RPCs (without the redirect budget it would bounce between them as
+    /// fast as the loopback answers, until the deadline).
+    #[tokio::test]
+    async fn a_not_owner_loop_between_two_allocsvrs_ends_within_the_deadline() {
+        let version = Arc::new(AtomicU64::new(1));
+        let fakes: Vec<Arc<PingPong>> = (0..2)
+            .map(|_| {
+                Arc::new(PingPong {
+                    other: Mutex::new(String::new()),
+                    version: version.clone(),
+                    calls: AtomicU64::new(0),
+                })
+            })
+            .collect();
+        let mut addrs = Vec::new();
+        for fake in &fakes {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            addrs.push(listener.local_addr().unwrap().to_string());
+            tokio::spawn(
+                tonic::transport::Server::builder()
+                    .add_service(SeqServiceServer::new(PingPongHandle(fake.clone())))
+                    .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+            );
+        }
+        *fakes[0].other.lock().unwrap() = addrs[1].clone();
+        *fakes[1].other.lock().unwrap() = addrs[0].clone();
+        let c = SeqClient::connect(&addrs[..1], Duration::from_secs(5)).await.unwrap();
+        let deadline = Duration::from_millis(400);
+        for batch in [false, true] {
+            let calls_before: u64 = fakes.iter().map(|f| f.calls.load(Ordering::SeqCst)).sum();
+            let stats_before = c.stats();
+            let started = Instant::now();
+            let status = if batch {
+                c.next_batch(&[5, 6], deadline).await.unwrap_err()
+            } else {
+                c.next(5, deadline).await.unwrap_err()
+            };
+            let elapsed = started.elapsed();
+            assert_eq!(status.code(), Code::FailedPrecondition, "batch {batch}: {status:?}");
+            assert!(elapsed < deadline + Duration::from_millis(100), "batch {batch}: {elapsed:?}");
+            let calls =
+                fakes.iter().map(|f| f.calls.load(Ordering::SeqCst)).sum::<u64>() - calls_before;
+            let stats = c.stats();
+            let redirects = stats.redirects - stats_before.redirects;
+            let retries = stats.retries - stats_before.retries;
+            // Rounds of one attempt and at most 4 redirects, separated by back-offs of at least
+            // 10, 20, 40, 80, 160 ms: at most 6 rounds in 400 ms.
+            assert!((5..=30).contains(&calls), "batch {batch}: {calls} RPCs in {elapsed:?}");
+            assert!(redirects <= 4 * (retries + 1), "batch {batch}: {stats:?}");
+            assert!(retries >= 1, "batch {batch}: backed off at least once: {stats:?}");
+        }
     }
 
     /// The owner of a uid's section: the entry whose `[begin, end)` holds it, found in a table

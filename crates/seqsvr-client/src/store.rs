@@ -1,9 +1,11 @@
 //! A client of one set's StoreSvr Raft group. Callers name the members once; the client keeps a
-//! guess of the leader, follows the leader hint a non-leader returns (`seqsvr-leader-addr`), and
-//! retries UNAVAILABLE with capped exponential backoff until the caller's deadline. Every other
-//! status is returned at once: it will not get better by retrying.
+//! guess of the leader, follows the leader hint a non-leader returns (`seqsvr-leader-addr`) at
+//! once, a few times in a row, and retries UNAVAILABLE with jittered, capped exponential backoff
+//! until the caller's deadline (the policy of [`crate::retry`]). Every status that is not
+//! [`retryable`] is returned at once: it will not get better by retrying.
 
-use seqsvr_core::ids::{AllocId, NodeId, SectionId};
+use crate::retry::{retryable, RetryPolicy};
+use seqsvr_core::ids::{AllocId, LeaseEpoch, NodeId, SectionId, Seq};
 use seqsvr_core::section::SectionRange;
 use seqsvr_core::store::SectionAdvance;
 use seqsvr_proto::v1::store_admin_client::StoreAdminClient;
@@ -15,11 +17,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
 use tonic::metadata::{Ascii, MetadataValue};
-use tonic::transport::{Channel, Endpoint};
-use tonic::{Code, Status};
+use tonic::transport::Channel;
+use tonic::Status;
 
-const BACKOFF_MIN: Duration = Duration::from_millis(20);
-const BACKOFF_MAX: Duration = Duration::from_millis(500);
 /// One attempt never waits longer than this, so a member that accepts TCP but never answers
 /// (SIGSTOP, a hung disk) cannot eat the whole deadline: the next attempt tries another member.
 const ATTEMPT_TIMEOUT_MAX: Duration = Duration::from_millis(1500);
@@ -29,8 +29,12 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Opens a lazy gRPC channel to `addr` (`host:port`); nothing is dialled until the first call.
 pub fn channel(addr: &str) -> Result<Channel, Status> {
-    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-        .map_err(|e| Status::invalid_argument(format!("bad address {addr:?}: {e}")))?;
+    channel_on(addr, crate::tls::Plane::Store)
+}
+
+/// [`channel`] for `plane`: over TLS when the process has an identity (`tls::set_process_tls`).
+pub fn channel_on(addr: &str, plane: crate::tls::Plane) -> Result<Channel, Status> {
+    let endpoint = crate::tls::endpoint(addr, plane)?;
     Ok(endpoint.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy())
 }
 
@@ -127,7 +131,11 @@ impl StoreClient {
     ) -> Result<Vec<(SectionId, u64)>, Status> {
         let sections: Vec<SectionAdvance> = sections
             .iter()
-            .map(|&(section, max_seq)| SectionAdvance { section, max_seq, lease_epoch: 0 })
+            .map(|&(section, max_seq)| SectionAdvance {
+                section,
+                max_seq: Seq(max_seq),
+                lease_epoch: LeaseEpoch(0),
+            })
             .collect();
         self.advance_as(None, &sections, deadline).await
     }
@@ -157,8 +165,8 @@ impl StoreClient {
                 .iter()
                 .map(|a| pb::SectionMaxSeq {
                     section: a.section.0,
-                    max_seq: a.max_seq,
-                    lease_epoch: a.lease_epoch,
+                    max_seq: a.max_seq.0,
+                    lease_epoch: a.lease_epoch.0,
                 })
                 .collect(),
             alloc_id: alloc.map_or(0, |a| a.0),
@@ -347,7 +355,7 @@ impl StoreClient {
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let until = Instant::now() + deadline;
-        let mut backoff = BACKOFF_MIN;
+        let mut backoff = RetryPolicy::STANDARD.backoff();
         let mut target = self.leader_index();
         loop {
             let left = until.saturating_duration_since(Instant::now());
@@ -389,7 +397,11 @@ impl StoreClient {
             match hinted {
                 Some(next) if next != target => {
                     target = next;
-                    continue; // follow the redirect at once
+                    // Follow the redirect at once, a few times in a row; then back off before
+                    // asking the hinted member (two members naming each other is a loop).
+                    if backoff.redirect() {
+                        continue;
+                    }
                 }
                 _ => {
                     // Move the guess on too, so later calls do not start at a member that
@@ -398,20 +410,11 @@ impl StoreClient {
                     self.set_leader(target);
                 }
             }
-            let left = until.saturating_duration_since(Instant::now());
-            if left <= backoff {
+            if !backoff.wait(until).await {
                 return Err(status);
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(BACKOFF_MAX);
         }
     }
-}
-
-/// Worth trying again (on another member): the member is down, not leading, or did not answer.
-/// tonic reports an attempt's own `grpc-timeout` running out as `Cancelled`.
-fn retryable(code: Code) -> bool {
-    matches!(code, Code::Unavailable | Code::DeadlineExceeded | Code::Unknown | Code::Cancelled)
 }
 
 #[cfg(test)]
@@ -501,5 +504,110 @@ mod tests {
         // member still succeeds.
         let got = client.get(&[SectionId(8)], Duration::from_millis(250)).await;
         assert_eq!(got.unwrap(), vec![(SectionId(8), 8)]);
+    }
+
+    /// A member that is not the leader and names another one (`leader`) as the leader, the way
+    /// `storesvr::service::to_status` does.
+    struct NotLeader {
+        leader: Mutex<(u64, String)>,
+        calls: std::sync::atomic::AtomicU64,
+    }
+
+    impl NotLeader {
+        fn redirect<T>(&self) -> Result<Response<T>, Status> {
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let (id, addr) = self.leader.lock().unwrap().clone();
+            let mut status = Status::unavailable(format!("not the leader: ask {id} at {addr}"));
+            status.metadata_mut().insert(seqsvr_proto::LEADER_ID_METADATA, id.into());
+            status.metadata_mut().insert(seqsvr_proto::LEADER_ADDR_METADATA, addr.parse().unwrap());
+            Err(status)
+        }
+    }
+
+    struct NotLeaderHandle(std::sync::Arc<NotLeader>);
+
+    #[tonic::async_trait]
+    impl StoreService for NotLeaderHandle {
+        async fn advance_max_seq(
+            &self,
+            _: Request<pb::AdvanceMaxSeqRequest>,
+        ) -> Result<Response<pb::AdvanceMaxSeqResponse>, Status> {
+            self.0.redirect()
+        }
+        async fn get_max_seq(
+            &self,
+            _: Request<pb::GetMaxSeqRequest>,
+        ) -> Result<Response<pb::GetMaxSeqResponse>, Status> {
+            self.0.redirect()
+        }
+        async fn load_sections(
+            &self,
+            _: Request<pb::LoadSectionsRequest>,
+        ) -> Result<Response<pb::GetMaxSeqResponse>, Status> {
+            self.0.redirect()
+        }
+        async fn register_alloc(
+            &self,
+            _: Request<pb::RegisterAllocRequest>,
+        ) -> Result<Response<pb::RegisterAllocResponse>, Status> {
+            self.0.redirect()
+        }
+        async fn heartbeat(
+            &self,
+            _: Request<pb::HeartbeatRequest>,
+        ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+            self.0.redirect()
+        }
+        async fn release_alloc(
+            &self,
+            _: Request<pb::ReleaseAllocRequest>,
+        ) -> Result<Response<pb::ReleaseAllocResponse>, Status> {
+            self.0.redirect()
+        }
+    }
+
+    /// Two members that each name the other as the leader (stale views during an election).
+    /// The client used to follow such redirects at once without a limit: it bounced between
+    /// them as fast as the loopback answered until the deadline. Now it follows a few in a
+    /// row, backs off, and returns the last NOT_LEADER within the deadline after a bounded
+    /// number of RPCs.
+    #[tokio::test]
+    async fn two_members_naming_each_other_end_within_the_deadline() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let members: Vec<std::sync::Arc<NotLeader>> = (0..2)
+            .map(|_| {
+                std::sync::Arc::new(NotLeader {
+                    leader: Mutex::new((0, String::new())),
+                    calls: AtomicU64::new(0),
+                })
+            })
+            .collect();
+        let mut addrs = Vec::new();
+        for m in &members {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            addrs.push(listener.local_addr().unwrap().to_string());
+            tokio::spawn(
+                tonic::transport::Server::builder()
+                    .add_service(StoreServiceServer::new(NotLeaderHandle(m.clone())))
+                    .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+            );
+        }
+        *members[0].leader.lock().unwrap() = (2, addrs[1].clone());
+        *members[1].leader.lock().unwrap() = (1, addrs[0].clone());
+        let client =
+            StoreClient::new(&[(NodeId(1), addrs[0].clone()), (NodeId(2), addrs[1].clone())])
+                .unwrap();
+        let deadline = Duration::from_millis(400);
+        let started = Instant::now();
+        let status = client.get(&[SectionId(1)], deadline).await.unwrap_err();
+        let elapsed = started.elapsed();
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+        assert!(status.message().contains("not the leader"), "the last real error: {status:?}");
+        assert!(elapsed < deadline + Duration::from_millis(100), "{elapsed:?}");
+        let calls: u64 = members.iter().map(|m| m.calls.load(Ordering::SeqCst)).sum();
+        // Rounds of one attempt and at most 4 redirects, separated by back-offs of at least
+        // 10, 20, 40, 80, 160 ms: at most 6 rounds in 400 ms.
+        assert!((5..=30).contains(&calls), "{calls} RPCs in {elapsed:?}");
+        assert!(members.iter().all(|m| m.calls.load(Ordering::SeqCst) >= 2), "both were asked");
     }
 }

@@ -12,7 +12,7 @@
 //!   data written before the ceiling existed). A section with no value left below both its
 //!   `max_seq` and the ceiling answers `SeqError::Ceiling`: a final error, never a wait.
 
-use crate::ids::SectionId;
+use crate::ids::{LeaseEpoch, SectionId, Seq};
 use crate::section::{SectionRange, MAX_SEQ_CEILING};
 use crate::store::SectionAdvance;
 use std::collections::{BTreeMap, BTreeSet};
@@ -54,7 +54,7 @@ pub enum SeqError {
 
 #[derive(Debug)]
 struct SectionSeqs {
-    lease_epoch: u64,
+    lease_epoch: LeaseEpoch,
     /// Invariant: every value handed out for this section is <= max_seq (I2).
     max_seq: u64,
     /// `max_seq` when loaded: the `cur_seq` of every uid not touched since.
@@ -114,7 +114,7 @@ pub struct TableUsage {
 
 #[derive(Debug)]
 enum SectionState {
-    Loading { lease_epoch: u64 },
+    Loading { lease_epoch: LeaseEpoch },
     Ready(SectionSeqs),
 }
 
@@ -128,7 +128,7 @@ pub struct AllocTable {
     /// common heartbeat) costs nothing. `None` once a section was dropped on its own
     /// (`drop_section`): the next grant must be installed in full, even an empty one, which
     /// must then drop every section still held (as an empty `Vec` it would be skipped).
-    last_grant: Option<Vec<(SectionRange, u64)>>,
+    last_grant: Option<Vec<(SectionRange, LeaseEpoch)>>,
 }
 
 impl AllocTable {
@@ -342,12 +342,15 @@ impl AllocTable {
 
     /// Installs a grant: the runs this AllocSvr may serve, with lease epochs. Sections not in it
     /// are dropped; a section with a new epoch is reloaded. Returns the runs to load.
-    pub fn grant(&mut self, runs: &[(SectionRange, u64)]) -> Vec<(SectionRange, u64)> {
+    pub fn grant(
+        &mut self,
+        runs: &[(SectionRange, LeaseEpoch)],
+    ) -> Vec<(SectionRange, LeaseEpoch)> {
         if self.last_grant.as_deref() == Some(runs) {
             return Vec::new();
         }
         self.last_grant = Some(runs.to_vec());
-        let mut granted: BTreeMap<SectionId, u64> = BTreeMap::new();
+        let mut granted: BTreeMap<SectionId, LeaseEpoch> = BTreeMap::new();
         for &(r, e) in runs {
             for s in r.begin().0..r.end().0 {
                 granted.insert(SectionId(s), e);
@@ -360,7 +363,7 @@ impl AllocTable {
             };
             granted.get(s) == Some(&epoch)
         });
-        let mut to_load: Vec<(SectionRange, u64)> = Vec::new();
+        let mut to_load: Vec<(SectionRange, LeaseEpoch)> = Vec::new();
         for (s, e) in granted {
             if self.sections.contains_key(&s) {
                 continue;
@@ -383,7 +386,7 @@ impl AllocTable {
     pub fn loaded(
         &mut self,
         run: SectionRange,
-        lease_epoch: u64,
+        lease_epoch: LeaseEpoch,
         values: &BTreeMap<SectionId, u64>,
     ) {
         for s in run.begin().0..run.end().0 {
@@ -416,14 +419,23 @@ impl AllocTable {
             if let Some(SectionState::Ready(s)) = self.sections.get_mut(&section) {
                 s.in_flight = true;
                 s.high_water_at_send = s.high_water;
-                out.push(SectionAdvance { section, max_seq: s.want, lease_epoch: s.lease_epoch });
+                out.push(SectionAdvance {
+                    section,
+                    max_seq: Seq(s.want),
+                    lease_epoch: s.lease_epoch,
+                });
             }
         }
         out
     }
 
     /// The store committed `max_seq` for a section (or refused: `committed` = None).
-    pub fn advanced(&mut self, section: SectionId, lease_epoch: u64, committed: Option<u64>) {
+    pub fn advanced(
+        &mut self,
+        section: SectionId,
+        lease_epoch: LeaseEpoch,
+        committed: Option<u64>,
+    ) {
         if let Some(SectionState::Ready(s)) = self.sections.get_mut(&section) {
             if s.lease_epoch == lease_epoch {
                 s.in_flight = false;

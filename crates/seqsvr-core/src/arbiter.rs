@@ -29,7 +29,7 @@
 //! No I/O and no clock: the driver passes `now_ms` in, so all of this is tested exhaustively.
 
 use crate::assign::Owner;
-use crate::ids::AllocId;
+use crate::ids::{AllocId, LeaseEpoch};
 use crate::section::SectionRange;
 use crate::store::{validate_lease, Command, ControlState, InputError};
 use serde::{Deserialize, Serialize};
@@ -109,11 +109,11 @@ pub struct Arbiter {
     /// Found dead: never granted again by this leader.
     expired: BTreeSet<AllocId>,
     /// Unsettled lease epoch → when its `Assign` applied.
-    fences: BTreeMap<u64, u64>,
+    fences: BTreeMap<LeaseEpoch, u64>,
 }
 
 /// The runs an AllocSvr may serve: its settled runs, with their lease epochs.
-pub fn grant_for(control: &ControlState, alloc: AllocId) -> Vec<(SectionRange, u64)> {
+pub fn grant_for(control: &ControlState, alloc: AllocId) -> Vec<(SectionRange, LeaseEpoch)> {
     control
         .assignment
         .runs()
@@ -189,7 +189,7 @@ impl Arbiter {
 
     /// Records an applied `Assign`: unsettled runs are fenced for one `hold` from now (the
     /// longest hold a lease that may still run was granted with).
-    pub fn on_assigned(&mut self, lease_epoch: u64, settled: bool, now_ms: u64) {
+    pub fn on_assigned(&mut self, lease_epoch: LeaseEpoch, settled: bool, now_ms: u64) {
         if !settled {
             self.fences.insert(lease_epoch, now_ms);
         }
@@ -238,7 +238,7 @@ impl Arbiter {
         let mut commands = Vec::new();
 
         // 1. Settle fences that have passed (those of a previous leader: from our start).
-        let unsettled: BTreeSet<u64> = control
+        let unsettled: BTreeSet<LeaseEpoch> = control
             .assignment
             .runs()
             .filter(|(_, o)| !o.settled)

@@ -5,7 +5,7 @@
 //! route table a direct read-out. Adjacent runs with equal attributes are always merged, so the
 //! representation of a given assignment is unique.
 
-use crate::ids::{AllocId, SectionId};
+use crate::ids::{AllocId, LeaseEpoch, SectionId};
 use crate::section::SectionRange;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 pub struct Owner {
     pub alloc: AllocId,
     /// The fencing token: bumped every time the run changes hands.
-    pub lease_epoch: u64,
+    pub lease_epoch: LeaseEpoch,
     /// The previous owner's lease must have run out: the new owner may serve.
     pub settled: bool,
 }
@@ -54,7 +54,7 @@ impl Assignment {
     }
 
     /// Marks every run of `lease_epoch` settled.
-    pub fn settle(&mut self, lease_epoch: u64) -> bool {
+    pub fn settle(&mut self, lease_epoch: LeaseEpoch) -> bool {
         let mut changed = false;
         let keys: Vec<SectionId> = self
             .runs
@@ -143,7 +143,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn owner(a: u64, e: u64, settled: bool) -> Owner {
-        Owner { alloc: AllocId(a), lease_epoch: e, settled }
+        Owner { alloc: AllocId(a), lease_epoch: LeaseEpoch(e), settled }
     }
 
     fn range(b: u64, e: u64) -> SectionRange {
@@ -177,9 +177,9 @@ mod tests {
             for (epoch, (x, y, alloc, settle_instead, settle_epoch)) in ops.into_iter().enumerate() {
                 let epoch = epoch as u64 + 1;
                 if settle_instead {
-                    a.settle(settle_epoch);
+                    a.settle(LeaseEpoch(settle_epoch));
                     for o in model.values_mut() {
-                        if o.lease_epoch == settle_epoch { o.settled = true; }
+                        if o.lease_epoch == LeaseEpoch(settle_epoch) { o.settled = true; }
                     }
                 } else {
                     let (b, e) = (x.min(y), x.max(y));

@@ -6,7 +6,7 @@
 use crate::ids::{NodeId, SectionId, SetId};
 use crate::section::SectionRange;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Default uids per section, as in WeChat's seqsvr: 2^32 uids → ~43k sections.
 pub const DEFAULT_SECTION_SIZE: u64 = 100_000;
@@ -49,6 +49,9 @@ pub struct ClusterConfig {
     #[serde(default)]
     pub alloc: AllocTuning,
     pub sets: Vec<SetConfig>,
+    /// Transport security (mutual TLS) and the identity → role map. Absent: plaintext.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsConfig>,
 }
 
 /// Tunables of every AllocSvr, and the lease both tiers agree on.
@@ -241,6 +244,9 @@ impl ClusterConfig {
             }
             set.validate(self.section_size)?;
         }
+        if let Some(tls) = &self.tls {
+            tls.validate(&set_ids)?;
+        }
         let mut by_range: Vec<&SetConfig> = self.sets.iter().collect();
         by_range.sort_by_key(|s| s.uid_begin);
         for pair in by_range.windows(2) {
@@ -324,6 +330,187 @@ impl SetConfig {
     }
 }
 
+/// `[tls]`: mutual TLS on the three planes and who may do what. Paths are as written in the
+/// file (relative to the cluster file's directory); resolving and reading them is the caller's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The DNS name every server certificate carries as a SAN; clients verify it (they dial
+    /// IP addresses, so the name, not the address, is what is checked).
+    pub server_name: String,
+    /// CA bundle of the client plane: clients and admins → AllocSvr (`SeqService`).
+    pub client_ca: String,
+    /// CA bundle of the store plane: AllocSvr and admin → StoreSvr (`StoreService`, `StoreAdmin`).
+    pub store_ca: String,
+    /// CA bundle of the peer plane: StoreSvr ↔ StoreSvr (`RaftTransport`).
+    pub peer_ca: String,
+    /// Certificate identity (its subject CN, or any of its DNS SANs) → role.
+    #[serde(default)]
+    pub identities: BTreeMap<String, IdentityEntry>,
+}
+
+/// What a certificate identity may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The public API (`SeqService`).
+    Client,
+    /// An AllocSvr: `StoreService` (register, heartbeat, load, advance).
+    Alloc,
+    /// An operator: `StoreAdmin` (membership, unfenced advances, section moves) and `SeqService`.
+    Admin,
+    /// A StoreSvr member: `RaftTransport`, within its own set only.
+    Peer,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Client => "client",
+            Role::Alloc => "alloc",
+            Role::Admin => "admin",
+            Role::Peer => "peer",
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One `[tls.identities]` entry: `"app-1" = "client"` or `"store-0" = { role = "peer", set = 0 }`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum IdentityEntry {
+    Role(Role),
+    Member(MemberIdentity),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemberIdentity {
+    pub role: Role,
+    /// The set a `peer` belongs to (required for peers, refused for the other roles).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set: Option<SetId>,
+}
+
+impl IdentityEntry {
+    pub fn role(&self) -> Role {
+        match self {
+            IdentityEntry::Role(r) => *r,
+            IdentityEntry::Member(m) => m.role,
+        }
+    }
+
+    pub fn set(&self) -> Option<SetId> {
+        match self {
+            IdentityEntry::Role(_) => None,
+            IdentityEntry::Member(m) => m.set,
+        }
+    }
+}
+
+/// Why a certificate's names do not give one identity.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IdentityError {
+    #[error("none of its certificate names {0:?} is in [tls.identities]")]
+    Unknown(Vec<String>),
+    #[error("its certificate names {0:?} match entries of different roles in [tls.identities]")]
+    Ambiguous(Vec<String>),
+}
+
+impl TlsConfig {
+    fn validate(&self, set_ids: &BTreeSet<SetId>) -> Result<(), ConfigError> {
+        if !is_dns_name(&self.server_name) {
+            return invalid(format!(
+                "tls.server_name {:?} must be a DNS name (letters, digits, '-', '.')",
+                self.server_name
+            ));
+        }
+        for (what, path) in [
+            ("client_ca", &self.client_ca),
+            ("store_ca", &self.store_ca),
+            ("peer_ca", &self.peer_ca),
+        ] {
+            if path.trim().is_empty() {
+                return invalid(format!("tls.{what} must name a CA bundle file"));
+            }
+        }
+        for (name, entry) in &self.identities {
+            if name.is_empty() {
+                return invalid("tls.identities: an identity name is empty");
+            }
+            if name.eq_ignore_ascii_case(&self.server_name) {
+                return invalid(format!(
+                    "tls.identities: {name:?} is the server_name every server certificate carries; \
+                     it cannot name one identity"
+                ));
+            }
+            match (entry.role(), entry.set()) {
+                (Role::Peer, None) => {
+                    return invalid(format!(
+                        "tls.identities: peer {name:?} must name its set: {{ role = \"peer\", set = N }}"
+                    ))
+                }
+                (Role::Peer, Some(set)) if !set_ids.contains(&set) => {
+                    return invalid(format!("tls.identities: peer {name:?} names set {set}, which does not exist"))
+                }
+                (role, Some(_)) if role != Role::Peer => {
+                    return invalid(format!(
+                        "tls.identities: {name:?} has role {role}; only a peer belongs to a set"
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The identity of a certificate with subject common name `cn` and DNS SANs `dns_sans`:
+    /// every one of those names that `[tls.identities]` lists must agree on the role (and set);
+    /// the CN is the name reported when it is listed, else the first listed SAN.
+    pub fn resolve_identity(
+        &self,
+        cn: Option<&str>,
+        dns_sans: &[String],
+    ) -> Result<(String, IdentityEntry), IdentityError> {
+        let names: Vec<&str> = cn.into_iter().chain(dns_sans.iter().map(String::as_str)).collect();
+        let mut found: Option<(&str, &IdentityEntry)> = None;
+        for name in &names {
+            if let Some(entry) = self.identities.get(*name) {
+                match found {
+                    None => found = Some((name, entry)),
+                    Some((_, first)) if first != entry => {
+                        return Err(IdentityError::Ambiguous(
+                            names.iter().map(|n| n.to_string()).collect(),
+                        ))
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        match found {
+            Some((name, entry)) => Ok((name.to_string(), entry.clone())),
+            None => Err(IdentityError::Unknown(names.iter().map(|n| n.to_string()).collect())),
+        }
+    }
+}
+
+fn is_dns_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
+}
+
 fn unreachable_range(at: SectionId) -> SectionRange {
     // Only reachable for an unvalidated config; an empty range serves nothing, which is safe.
     SectionRange::new(at, at).expect("begin == end is a valid range")
@@ -399,5 +586,67 @@ stores = [{ id = 1, addr = "127.0.0.1:7101" }]
         );
         rejects(&format!("{GOOD}\n[alloc]\nheartbeat_ms = 2500\n"), "heartbeat_ms");
         rejects(&format!("{GOOD}\n[alloc]\nlease_ms = 600001\n"), "at most 600000");
+    }
+
+    const TLS: &str = r#"
+[tls]
+server_name = "seqsvr"
+client_ca = "certs/client-ca.pem"
+store_ca = "certs/store-ca.pem"
+peer_ca = "certs/peer-ca.pem"
+[tls.identities]
+"app-1" = "client"
+"alloc" = "alloc"
+"admin" = "admin"
+"store-0" = { role = "peer", set = 0 }
+"store-1" = { role = "peer", set = 1 }
+"#;
+
+    #[test]
+    fn tls_section_parses_roles_and_round_trips() {
+        let c = ClusterConfig::from_toml_str(&format!("{GOOD}{TLS}")).unwrap();
+        let tls = c.tls.as_ref().unwrap();
+        assert_eq!(tls.server_name, "seqsvr");
+        assert_eq!(tls.identities["app-1"].role(), Role::Client);
+        assert_eq!(tls.identities["store-1"].role(), Role::Peer);
+        assert_eq!(tls.identities["store-1"].set(), Some(SetId(1)));
+        assert_eq!(tls.identities["admin"].set(), None);
+        let again = ClusterConfig::from_toml_str(&c.to_toml_string()).unwrap();
+        assert_eq!(again, c);
+        assert!(ClusterConfig::from_toml_str(GOOD).unwrap().tls.is_none(), "[tls] is optional");
+    }
+
+    #[test]
+    fn tls_section_rejects_bad_entries() {
+        let with = |extra: &str| format!("{GOOD}{TLS}{extra}\n");
+        rejects(&with(r#""x" = "root""#), "untagged");
+        rejects(&with(r#""x" = "peer""#), "must name its set");
+        rejects(&with(r#""x" = { role = "peer", set = 7 }"#), "does not exist");
+        rejects(&with(r#""x" = { role = "client", set = 0 }"#), "only a peer");
+        rejects(&with(r#""seqsvr" = "admin""#), "server_name");
+        rejects(&format!("{GOOD}{}", TLS.replace(r#""seqsvr""#, r#""bad name""#)), "DNS name");
+        rejects(&format!("{GOOD}{}", TLS.replace(r#""certs/peer-ca.pem""#, r#""""#)), "peer_ca");
+        rejects(&format!("{GOOD}{}", TLS.replace("peer_ca", "peer_cab")), "unknown field");
+    }
+
+    #[test]
+    fn identity_resolution_uses_cn_or_any_dns_san_and_refuses_ambiguity() {
+        let c = ClusterConfig::from_toml_str(&format!("{GOOD}{TLS}")).unwrap();
+        let tls = c.tls.unwrap();
+        let sans = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let (name, e) = tls.resolve_identity(Some("admin"), &sans(&["seqsvr"])).unwrap();
+        assert_eq!((name.as_str(), e.role()), ("admin", Role::Admin));
+        let (name, e) =
+            tls.resolve_identity(Some("whatever"), &sans(&["seqsvr", "store-0"])).unwrap();
+        assert_eq!((name.as_str(), e.set()), ("store-0", Some(SetId(0))));
+        assert!(matches!(
+            tls.resolve_identity(Some("nobody"), &sans(&["seqsvr"])),
+            Err(IdentityError::Unknown(_))
+        ));
+        assert!(matches!(
+            tls.resolve_identity(Some("store-0"), &sans(&["store-1"])),
+            Err(IdentityError::Ambiguous(_))
+        ));
+        assert!(matches!(tls.resolve_identity(None, &[]), Err(IdentityError::Unknown(_))));
     }
 }

@@ -35,3 +35,31 @@ id_type!(
     /// registers anew and gets a new id, so an old incarnation can never share its sections.
     AllocId
 );
+id_type!(
+    /// The fencing token of a run of sections: bumped every time the run changes hands, never
+    /// decreasing (I4). An advance carries the epoch its sender owns the section at.
+    LeaseEpoch
+);
+id_type!(
+    /// The version of a set's route table: bumped whenever the assignment or an address
+    /// changes. Clients send theirs; a newer one rides on replies.
+    RouteVersion
+);
+id_type!(
+    /// A sequence value: a section's persisted `max_seq` (the bound no served value passes), or
+    /// a value handed to a client. Inside the AllocSvr's table `cur_seq`s stay bare `u64`s (the
+    /// hot path stores millions of them); at every interface between tiers they are `Seq`.
+    Seq
+);
+
+/// Counters start at 0 (no epoch handed out, no route table, nothing allocated).
+macro_rules! zero_default {
+    ($($name:ident),*) => {$(
+        impl Default for $name {
+            fn default() -> $name {
+                $name(0)
+            }
+        }
+    )*};
+}
+zero_default!(LeaseEpoch, RouteVersion, Seq);

@@ -20,7 +20,7 @@
 
 use crate::arbiter::LeaseConfig;
 use crate::assign::{Assignment, Owner};
-use crate::ids::{AllocId, SectionId};
+use crate::ids::{AllocId, LeaseEpoch, RouteVersion, SectionId, Seq};
 use crate::section::{SectionRange, MAX_SEQ_CEILING};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -30,8 +30,8 @@ use std::collections::{BTreeMap, BTreeSet};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SectionAdvance {
     pub section: SectionId,
-    pub max_seq: u64,
-    pub lease_epoch: u64,
+    pub max_seq: Seq,
+    pub lease_epoch: LeaseEpoch,
 }
 
 /// A replicated command, the payload of one Raft log entry.
@@ -47,7 +47,7 @@ pub enum Command {
     /// every previous owner's lease is over, so the new owner may serve at once.
     Assign { moves: Vec<(SectionRange, AllocId)>, settled: bool },
     /// The fence of `lease_epoch` has passed: its owners may serve.
-    Settle { lease_epoch: u64 },
+    Settle { lease_epoch: LeaseEpoch },
     /// A draining AllocSvr gets no sections; the arbiter moves its sections away.
     SetDraining { alloc: AllocId, draining: bool },
     /// Forget a registration that owns nothing.
@@ -98,7 +98,7 @@ pub enum InputError {
         "section {section}: max_seq {max_seq} is above the ceiling {MAX_SEQ_CEILING} (2^63) that \
          no section's max_seq may pass"
     )]
-    AboveCeiling { section: SectionId, max_seq: u64 },
+    AboveCeiling { section: SectionId, max_seq: Seq },
     #[error("invalid lease: {0}")]
     InvalidLease(String),
 }
@@ -141,7 +141,7 @@ pub fn validate_advance(
 ) -> Result<(), InputError> {
     let ids: Vec<SectionId> = sections.iter().map(|a| a.section).collect();
     validate_read(range, max_batch, &ids)?;
-    match sections.iter().find(|a| a.max_seq > MAX_SEQ_CEILING) {
+    match sections.iter().find(|a| a.max_seq.0 > MAX_SEQ_CEILING) {
         Some(a) => Err(InputError::AboveCeiling { section: a.section, max_seq: a.max_seq }),
         None => Ok(()),
     }
@@ -159,7 +159,7 @@ pub enum Rejected {
         "NOT_OWNER: alloc {alloc} at lease epoch {lease_epoch} does not own section {section} \
          (owner: {owner})"
     )]
-    NotOwner { alloc: AllocId, lease_epoch: u64, section: SectionId, owner: String },
+    NotOwner { alloc: AllocId, lease_epoch: LeaseEpoch, section: SectionId, owner: String },
     #[error("unknown or replaced alloc {0}")]
     UnknownAlloc(AllocId),
     #[error("alloc {alloc} still owns {n_sections} sections")]
@@ -183,7 +183,7 @@ pub enum Applied {
     MaxSeq(Vec<(SectionId, u64)>),
     Registered(AllocId),
     Assigned {
-        lease_epoch: u64,
+        lease_epoch: LeaseEpoch,
     },
     /// A `SetLease` applied; `lease_changes` counts the changes so far, this one included.
     LeaseChanged {
@@ -229,9 +229,9 @@ pub struct ControlState {
     /// The last id handed out; ids are never reused.
     pub last_alloc_id: u64,
     /// Invariant: every owner's `lease_epoch` is <= this, and it never decreases (I4).
-    pub last_lease_epoch: u64,
+    pub last_lease_epoch: LeaseEpoch,
     /// Bumped whenever the route table (assignment or addresses) changes.
-    pub route_version: u64,
+    pub route_version: RouteVersion,
     /// The lease timing every grant and every wait uses. `None` until the first `SetLease`
     /// applied (a new set, or data written before the lease was replicated): no leader grants
     /// until then.
@@ -370,8 +370,9 @@ impl StoreState {
                     return ApplyOutcome::control(Err(Rejected::UnknownAlloc(bad)));
                 }
                 let c = &mut self.control;
-                let bumped = bump(c.last_lease_epoch, "the lease epoch")
-                    .and_then(|e| Ok((e, bump(c.route_version, "the route version")?)));
+                let bumped = bump(c.last_lease_epoch.0, "the lease epoch").and_then(|e| {
+                    Ok((LeaseEpoch(e), RouteVersion(bump(c.route_version.0, "the route version")?)))
+                });
                 let (lease_epoch, route_version) = match bumped {
                     Ok(b) => b,
                     Err(e) => return ApplyOutcome::control(Err(e)),
@@ -419,8 +420,8 @@ impl StoreState {
                 if !self.control.allocs.contains_key(alloc) {
                     return ApplyOutcome::control(Err(Rejected::UnknownAlloc(*alloc)));
                 }
-                let route_version = match bump(self.control.route_version, "the route version") {
-                    Ok(v) => v,
+                let route_version = match bump(self.control.route_version.0, "the route version") {
+                    Ok(v) => RouteVersion(v),
                     Err(e) => return ApplyOutcome::control(Err(e)),
                 };
                 self.control.allocs.remove(alloc);
@@ -487,7 +488,7 @@ impl StoreState {
         let mut changed = Vec::new();
         for a in sections {
             let current = self.max_seq(a.section);
-            let next = current.max(a.max_seq);
+            let next = current.max(a.max_seq.0);
             assert!(next >= current, "I4: max_seq of section {} would decrease", a.section);
             if next > current {
                 self.max_seq.insert(a.section, next);
@@ -520,17 +521,37 @@ impl StoreState {
     }
 
     /// The first value that would go down if `self` were replaced by `newer`: a snapshot is
-    /// always of a later state, so any such value means corruption (I4). Sections report
-    /// `(section, ours, theirs)`; a lease epoch going back reports section `u64::MAX`.
-    pub fn first_regression(&self, newer: &StoreState) -> Option<(SectionId, u64, u64)> {
-        if newer.control.last_lease_epoch < self.control.last_lease_epoch {
-            return Some((
-                SectionId(u64::MAX),
-                self.control.last_lease_epoch,
-                newer.control.last_lease_epoch,
-            ));
+    /// always of a later state, so any such value means corruption (I4).
+    pub fn first_regression(&self, newer: &StoreState) -> Option<Regression> {
+        let (ours, theirs) = (self.control.last_lease_epoch, newer.control.last_lease_epoch);
+        if theirs < ours {
+            return Some(Regression::LeaseEpoch { ours, theirs });
         }
-        self.iter().find(|&(s, v)| newer.max_seq(s) < v).map(|(s, v)| (s, v, newer.max_seq(s)))
+        self.iter().find(|&(s, v)| newer.max_seq(s) < v).map(|(section, ours)| Regression::MaxSeq {
+            section,
+            ours: Seq(ours),
+            theirs: Seq(newer.max_seq(section)),
+        })
+    }
+}
+
+/// What [`StoreState::first_regression`] found going down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Regression {
+    LeaseEpoch { ours: LeaseEpoch, theirs: LeaseEpoch },
+    MaxSeq { section: SectionId, ours: Seq, theirs: Seq },
+}
+
+impl std::fmt::Display for Regression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Regression::LeaseEpoch { ours, theirs } => {
+                write!(f, "the last lease epoch would go from {ours} down to {theirs}")
+            }
+            Regression::MaxSeq { section, ours, theirs } => {
+                write!(f, "section {section}'s max_seq would go from {ours} down to {theirs}")
+            }
+        }
     }
 }
 
@@ -544,7 +565,11 @@ mod tests {
     }
 
     fn adv(section: u64, max_seq: u64, lease_epoch: u64) -> SectionAdvance {
-        SectionAdvance { section: SectionId(section), max_seq, lease_epoch }
+        SectionAdvance {
+            section: SectionId(section),
+            max_seq: Seq(max_seq),
+            lease_epoch: LeaseEpoch(lease_epoch),
+        }
     }
 
     fn operator(sections: Vec<SectionAdvance>) -> Command {
@@ -610,7 +635,7 @@ mod tests {
     fn assigned(s: &mut StoreState, b: u64, e: u64, to: AllocId, settled: bool) -> u64 {
         let r = SectionRange::new(SectionId(b), SectionId(e)).unwrap();
         match s.apply(&Command::Assign { moves: vec![(r, to)], settled }).result {
-            Ok(Applied::Assigned { lease_epoch }) => lease_epoch,
+            Ok(Applied::Assigned { lease_epoch }) => lease_epoch.0,
             other => panic!("{other:?}"),
         }
     }
@@ -636,7 +661,7 @@ mod tests {
         assert!(matches!(stale.result, Err(Rejected::NotOwner { .. })));
         assert!(stale.changed.is_empty());
         assert!(matches!(s.apply(&by(b, 3, 300, e2)).result, Err(Rejected::NotOwner { .. })));
-        s.apply(&Command::Settle { lease_epoch: e2 });
+        s.apply(&Command::Settle { lease_epoch: LeaseEpoch(e2) });
         assert_eq!(values(&s.apply(&by(b, 3, 300, e2))), vec![(SectionId(3), 300)]);
         // A batch with one bad section changes nothing at all.
         let mixed = Command::AdvanceMaxSeq {
@@ -681,7 +706,10 @@ mod tests {
         assigned(&mut s, 0, 5, a, false);
         let back = StoreState::decode_snapshot(&s.encode_snapshot()).unwrap();
         assert_eq!(back, s);
-        assert_eq!(s.first_regression(&StoreState::new()), Some((SectionId(u64::MAX), 1, 0)));
+        assert_eq!(
+            s.first_regression(&StoreState::new()),
+            Some(Regression::LeaseEpoch { ours: LeaseEpoch(1), theirs: LeaseEpoch(0) })
+        );
         assert_eq!(StoreState::new().first_regression(&s), None);
     }
 
@@ -692,7 +720,10 @@ mod tests {
         for target in [MAX_SEQ_CEILING + 1, u64::MAX - 5, u64::MAX] {
             // One bad section refuses the whole batch, operator raise or not.
             let err = validate_advance(r, 4, &[adv(11, 5, 0), adv(12, target, 3)]).unwrap_err();
-            assert_eq!(err, InputError::AboveCeiling { section: SectionId(12), max_seq: target });
+            assert_eq!(
+                err,
+                InputError::AboveCeiling { section: SectionId(12), max_seq: Seq(target) }
+            );
             let msg = err.to_string();
             assert!(msg.contains("ceiling 9223372036854775808 (2^63)"), "{msg}");
         }
@@ -718,11 +749,11 @@ mod tests {
         let cases: Vec<(StoreState, Command)> = vec![
             (full(|c| c.last_alloc_id = u64::MAX), Command::RegisterAlloc { addr: "b:1".into() }),
             (
-                full(|c| c.last_lease_epoch = u64::MAX),
+                full(|c| c.last_lease_epoch = LeaseEpoch(u64::MAX)),
                 Command::Assign { moves: vec![(r, a)], settled: false },
             ),
             (
-                full(|c| c.route_version = u64::MAX),
+                full(|c| c.route_version = RouteVersion(u64::MAX)),
                 Command::Assign { moves: vec![(r, a)], settled: true },
             ),
             (
@@ -736,7 +767,7 @@ mod tests {
                             released: false,
                         },
                     );
-                    c.route_version = u64::MAX;
+                    c.route_version = RouteVersion(u64::MAX);
                 }),
                 Command::RemoveAlloc { alloc: AllocId(9) },
             ),
@@ -802,7 +833,10 @@ mod tests {
             "assignment":{"runs":{}},"last_alloc_id":1,"last_lease_epoch":4,"route_version":6}"#;
         let c = ControlState::decode(control.as_bytes()).unwrap();
         assert_eq!((c.lease, c.previous_lease, c.lease_changes), (None, None, 0));
-        assert_eq!((c.last_alloc_id, c.last_lease_epoch, c.route_version), (1, 4, 6));
+        assert_eq!(
+            (c.last_alloc_id, c.last_lease_epoch, c.route_version),
+            (1, LeaseEpoch(4), RouteVersion(6))
+        );
         let snapshot = format!(r#"{{"format":2,"max_seq":[[3,700]],"control":{control}}}"#);
         let s = StoreState::decode_snapshot(snapshot.as_bytes()).unwrap();
         assert_eq!(s.max_seq(SectionId(3)), 700);

@@ -5,10 +5,12 @@
 //! [`clock`]: the clock leases are measured on (`CLOCK_BOOTTIME`, which counts suspends).
 //! [`metrics`]: the Prometheus exporter (`--metrics-addr`).
 //! [`grpc`]: reflection (v1 and v1alpha) and a health reporter every server shares.
+//! [`tls`]: mutual TLS (rotating certificates, the peer's identity) and the role check.
 
 pub mod clock;
 pub mod grpc;
 pub mod metrics;
+pub mod tls;
 
 pub use clock::BootInstant;
 

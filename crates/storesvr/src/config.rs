@@ -48,6 +48,13 @@ pub struct Args {
     /// snapshot. Like etcd's --initial-cluster-state.
     #[arg(long, env = "SEQSVR_INITIAL_CLUSTER_STATE", value_enum, default_value_t = InitialClusterState::Existing)]
     pub initial_cluster_state: InitialClusterState,
+    /// A file that records that this member's set was created (for deployments that start every
+    /// member the same way, such as docker-compose). When it exists, `--initial-cluster-state new`
+    /// is taken as `existing`: an empty data dir then means a lost disk, not a new set. The member
+    /// writes it once it serves (knows a leader with a quorum). Keep it OUTSIDE the data dir, on
+    /// storage that outlives it (e.g. a volume shared by the set's members).
+    #[arg(long, env = "SEQSVR_CREATED_MARKER")]
+    pub created_marker: Option<PathBuf>,
     /// The address other members and clients dial for this member. Defaults to the member's
     /// `addr` in the cluster file; required for a member the file does not list (one added later).
     #[arg(long, env = "SEQSVR_ADDR")]
@@ -56,6 +63,13 @@ pub struct Args {
     /// port + 10000), `off`, or HOST:PORT.
     #[arg(long, env = "SEQSVR_METRICS_ADDR", default_value = "auto")]
     pub metrics_addr: String,
+    /// This member's certificate chain (PEM), required when the cluster file has `[tls]`: its
+    /// server identity, and its client identity towards its peers. Re-read when it changes.
+    #[arg(long, env = "SEQSVR_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "SEQSVR_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
     /// Log format: `text` or `json`. Filter with RUST_LOG (default `info`).
     #[arg(long, env = "SEQSVR_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
@@ -84,6 +98,10 @@ pub struct NodeConfig {
     /// proxies). The replicated membership says who the members are now.
     pub members: Vec<(NodeId, String)>,
     pub initial_cluster_state: InitialClusterState,
+    /// See `Args::created_marker`; written once this member serves.
+    pub created_marker: Option<PathBuf>,
+    /// `--initial-cluster-state new` was given but the created marker exists: taken as `existing`.
+    pub new_overridden_by_marker: bool,
     pub sections: SectionRange,
     pub uid_begin: u64,
     pub uid_end: u64,
@@ -91,6 +109,8 @@ pub struct NodeConfig {
     pub tuning: StoreTuning,
     /// Lease length and margin (the `[alloc]` section): the arbiter's arithmetic.
     pub lease: AllocTuning,
+    /// Mutual TLS (the cluster file's `[tls]` + --tls-cert/--tls-key); None: plaintext.
+    pub tls: Option<seqsvr_server::tls::TlsSetup>,
 }
 
 impl NodeConfig {
@@ -118,6 +138,15 @@ impl NodeConfig {
                 args.config.display()
             );
         }
+        // The marker outranks `new`: the set was created before, so an empty data dir is a lost
+        // disk and must come back as a non-voting member.
+        let new_overridden_by_marker = args.initial_cluster_state == InitialClusterState::New
+            && args.created_marker.as_deref().is_some_and(std::path::Path::exists);
+        let initial_cluster_state = if new_overridden_by_marker {
+            InitialClusterState::Existing
+        } else {
+            args.initial_cluster_state
+        };
         if node_id.0 == 0 {
             bail!("node id 0 is reserved (raft-rs uses it for 'none')");
         }
@@ -139,6 +168,13 @@ impl NodeConfig {
         };
         let listen = args.listen.unwrap_or(default);
         let metrics = seqsvr_server::metrics::metrics_addr(&args.metrics_addr, listen)?;
+        let tls = seqsvr_server::tls::TlsSetup::from_cluster(
+            cluster.tls.as_ref(),
+            &args.config,
+            args.tls_cert.as_deref(),
+            args.tls_key.as_deref(),
+            seqsvr_server::tls::ServerKind::StoreSvr { set: set_id },
+        )?;
         Ok(NodeConfig {
             set_id,
             node_id,
@@ -147,13 +183,16 @@ impl NodeConfig {
             metrics,
             addr,
             members: set.stores.iter().map(|m| (m.id, m.addr.clone())).collect(),
-            initial_cluster_state: args.initial_cluster_state,
+            initial_cluster_state,
+            created_marker: args.created_marker.clone(),
+            new_overridden_by_marker,
             sections: set.sections(cluster.section_size),
             uid_begin: set.uid_begin,
             uid_end: set.uid_end,
             section_size: cluster.section_size,
             tuning,
             lease: cluster.alloc.clone(),
+            tls,
         })
     }
 }

@@ -4,7 +4,7 @@
 //! that knows nothing of the grants the leader in between made, so it needs a new arbiter that
 //! waits a full lease, and its old arbiter proposals must not hold up the new one's rounds.
 //!
-//! Kept apart from `driver.rs` (which owns the `RawNode`) so these rules are unit-tested.
+//! Kept apart from `driver/` (which owns the `RawNode`) so these rules are unit-tested.
 
 use std::collections::BTreeMap;
 

@@ -6,6 +6,7 @@
 //! - [`storage`]: RocksDB-backed raft-rs `Storage` that also owns the state machine.
 //! - [`driver`]: the Ready loop; the only owner of the `RawNode`.
 //! - [`transport`]: Raft messages to peers over gRPC, one bounded queue per peer.
+//! - [`outbox`]: what the driver needs of a transport (so neither imports the other).
 //! - [`service`]: the gRPC services and the mapping of errors to status codes.
 //! - [`metrics`]: the Prometheus series the driver publishes; health (SERVING only while this
 //!   member knows a leader with a quorum in sight) follows [`driver::Driver::serving`].
@@ -15,6 +16,7 @@ pub mod config;
 pub mod driver;
 pub mod leader_state;
 pub mod metrics;
+pub mod outbox;
 mod raft_log;
 pub mod service;
 pub mod storage;
@@ -27,6 +29,7 @@ use seqsvr_proto::v1::raft_transport_server::RaftTransportServer;
 use seqsvr_proto::v1::store_admin_server::StoreAdminServer;
 use seqsvr_proto::v1::store_service_server::StoreServiceServer;
 use seqsvr_proto::MAX_MESSAGE_BYTES;
+use seqsvr_server::tls::ServeExt as _;
 use std::future::Future;
 use std::time::Duration;
 use storage::{Bootstrap, Identity, NodeStorage};
@@ -44,6 +47,13 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
     } else {
         Bootstrap::Join
     };
+    if config.new_overridden_by_marker {
+        tracing::info!(
+            marker = ?config.created_marker,
+            "--initial-cluster-state new, but the created marker exists: the set was created \
+             before, so this member starts as `existing` (an empty data dir comes back non-voting)"
+        );
+    }
     if fresh && config.initial_cluster_state == InitialClusterState::New {
         refuse_new_if_the_set_exists(&config).await?;
     }
@@ -63,12 +73,14 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
     );
 
     let (handle, driver_tx, driver_rx) = driver::channel();
+    let peer_tls = peer_tls(&config)?;
     let transport = transport::Transport::start(
         config.set_id,
         config.node_id,
         config.addr.clone(),
         &config.members,
-        driver_tx,
+        driver::peer_reports(driver_tx),
+        peer_tls,
     )?;
     let driver = driver::Driver::new(
         storage,
@@ -132,10 +144,17 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
     let (health, health_service) = seqsvr_server::grpc::Health::new(&services).await;
     let (reflection_v1, reflection_v1alpha) = seqsvr_server::grpc::reflection(&services)?;
     // Health follows the driver: SERVING only while this member knows a leader with a quorum.
+    let mut created_marker = config.created_marker.clone();
+    let set_id = config.set_id;
     tokio::spawn(async move {
         loop {
             let now = serving.borrow_and_update().clone();
             health.set(now.serving, now.reason).await;
+            if now.serving {
+                if let Some(marker) = created_marker.take() {
+                    write_created_marker(&marker, set_id);
+                }
+            }
             if serving.changed().await.is_err() {
                 health.set(false, "raft driver stopped").await;
                 return;
@@ -163,6 +182,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
     };
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
+        .layer(seqsvr_server::tls::auth_layer(config.tls.as_ref()))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -177,10 +197,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )
         .add_service(StoreAdminServer::new(context))
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            stop,
-        )
+        .serve_maybe_tls(listener, config.tls.as_ref(), stop)
         .await?;
 
     let _ = stop_driver.send(true);
@@ -227,11 +244,43 @@ async fn hand_off_leadership(driver: &driver::DriverHandle, node: NodeId, within
 /// must join with `existing` and be added as a learner, or it would vote with an empty log and
 /// could elect a leader that lacks committed entries. Members that do not answer say nothing
 /// (at creation, the others may not be up yet).
+/// Records that the set exists (see `Args::created_marker`). A failure is logged, not fatal: the
+/// member serves either way, and `new` on an empty dir still asks the peers first.
+fn write_created_marker(marker: &std::path::Path, set_id: seqsvr_core::ids::SetId) {
+    if marker.exists() {
+        return;
+    }
+    let text = format!(
+        "set {set_id} was created and served; with this file present, `--initial-cluster-state \
+         new` is taken as `existing`\n"
+    );
+    let written = marker
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(marker, text));
+    match written {
+        Ok(()) => tracing::info!(marker = %marker.display(), "wrote the set's created marker"),
+        Err(e) => tracing::warn!(
+            marker = %marker.display(), error = %e,
+            "cannot write the set's created marker: a member restarted on an empty data dir with \
+             `new` will rely on asking its peers"
+        ),
+    }
+}
+
+/// The peer plane's client TLS (the peer CA bundle, this member's certificate), if configured.
+fn peer_tls(config: &NodeConfig) -> anyhow::Result<Option<tonic::transport::ClientTlsConfig>> {
+    let Some(setup) = &config.tls else { return Ok(None) };
+    let plane = seqsvr_server::tls::Plane::Peer;
+    Ok(Some(seqsvr_server::tls::client_tls_config(&setup.files, plane)?))
+}
+
 async fn refuse_new_if_the_set_exists(config: &NodeConfig) -> anyhow::Result<()> {
     use seqsvr_proto::v1::store_admin_client::StoreAdminClient;
+    let tls = &peer_tls(config)?;
     let peers = config.members.iter().filter(|(id, _)| *id != config.node_id);
     let asks = peers.map(|(id, addr)| async move {
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).ok()?;
+        let endpoint = seqsvr_server::tls::endpoint(addr, tls.as_ref()).ok()?;
         let endpoint = endpoint.connect_timeout(Duration::from_millis(500));
         let ask = async {
             let mut client = StoreAdminClient::new(endpoint.connect().await.ok()?);

@@ -6,7 +6,7 @@ use crate::driver::{
     DriverHandle, MemberView, MembershipChange, MembershipDone, RequestError, RouteView,
 };
 use protobuf::Message as _;
-use seqsvr_core::ids::{AllocId, NodeId, SectionId, SetId};
+use seqsvr_core::ids::{AllocId, LeaseEpoch, NodeId, RouteVersion, SectionId, Seq, SetId};
 use seqsvr_core::section::SectionRange;
 use seqsvr_core::store::{validate_advance, validate_read, SectionAdvance};
 use seqsvr_proto::v1::{self as pb};
@@ -62,7 +62,7 @@ pub fn route_table(
 ) -> pb::RouteTable {
     pb::RouteTable {
         set_id: set_id.0,
-        version: view.version,
+        version: view.version.0,
         uid_begin,
         uid_end,
         section_size,
@@ -184,6 +184,9 @@ impl pb::store_service_server::StoreService for ServiceContext {
         request: Request<pb::AdvanceMaxSeqRequest>,
     ) -> Result<Response<pb::AdvanceMaxSeqResponse>, Status> {
         let wait = self.wait_for(&request);
+        if request.get_ref().alloc_id == 0 {
+            seqsvr_server::tls::require_admin(&request, "an unfenced advance (alloc_id 0)")?;
+        }
         let request_id = seqsvr_proto::request_id_of(request.metadata()).unwrap_or("-").to_string();
         let request = request.into_inner();
         let alloc = (request.alloc_id != 0).then_some(AllocId(request.alloc_id));
@@ -192,8 +195,8 @@ impl pb::store_service_server::StoreService for ServiceContext {
             .iter()
             .map(|s| SectionAdvance {
                 section: SectionId(s.section),
-                max_seq: s.max_seq,
-                lease_epoch: s.lease_epoch,
+                max_seq: Seq(s.max_seq),
+                lease_epoch: LeaseEpoch(s.lease_epoch),
             })
             .collect();
         validate_advance(self.sections, self.max_batch_sections, &sections)
@@ -251,7 +254,7 @@ impl pb::store_service_server::StoreService for ServiceContext {
         let r = request.into_inner();
         let grant = self
             .driver
-            .heartbeat(AllocId(r.alloc_id), r.route_version, wait)
+            .heartbeat(AllocId(r.alloc_id), RouteVersion(r.route_version), wait)
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::HeartbeatResponse {
@@ -263,7 +266,7 @@ impl pb::store_service_server::StoreService for ServiceContext {
                 .map(|&(r, e)| pb::GrantedRun {
                     section_begin: r.begin().0,
                     section_end: r.end().0,
-                    lease_epoch: e,
+                    lease_epoch: e.0,
                 })
                 .collect(),
             route_table: grant.route.map(|v| self.route_table(v)),
@@ -339,7 +342,7 @@ impl pb::store_admin_server::StoreAdmin for ServiceContext {
             set_id: self.set_id.0,
             id: self.node_id.0,
             addr: self.addr.clone(),
-            role: s.role,
+            role: s.role.as_str().into(),
             term: s.term,
             leader_id: s.leader_id,
             leader_addr,
@@ -416,11 +419,11 @@ impl pb::store_admin_server::StoreAdmin for ServiceContext {
                     section_begin: r.begin().0,
                     section_end: r.end().0,
                     alloc_id: o.alloc.0,
-                    lease_epoch: o.lease_epoch,
+                    lease_epoch: o.lease_epoch.0,
                     settled: o.settled,
                 })
                 .collect(),
-            route_version: v.route_version,
+            route_version: v.route_version.0,
         }))
     }
 
@@ -445,7 +448,7 @@ impl pb::store_admin_server::StoreAdmin for ServiceContext {
             .move_sections(range, AllocId(r.to_alloc_id), wait)
             .await
             .map_err(to_status)?;
-        Ok(Response::new(pb::MoveSectionsResponse { lease_epoch }))
+        Ok(Response::new(pb::MoveSectionsResponse { lease_epoch: lease_epoch.0 }))
     }
 
     async fn add_learner(

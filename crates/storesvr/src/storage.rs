@@ -416,14 +416,11 @@ impl NodeStorage {
                     path: self.path.clone(),
                     reason: format!("snapshot at index {} from the leader: {e}", meta.index),
                 })?;
-            if let Some((section, ours, theirs)) = self.state.first_regression(&new_state) {
+            if let Some(regression) = self.state.first_regression(&new_state) {
                 // I4: a snapshot is of a later state than ours, so this is corruption or a bug.
                 return Err(StorageFault::Corrupt {
                     path: self.path.clone(),
-                    reason: format!(
-                        "snapshot at index {} would lower section {section} from {ours} to {theirs}",
-                        meta.index
-                    ),
+                    reason: format!("snapshot at index {}: {regression}", meta.index),
                 });
             }
             assert!(meta.index >= self.first_log_index(), "snapshot older than our compacted log");

@@ -1,8 +1,10 @@
 //! Raft transport: one task and one bounded queue per peer, sending batches of raft-rs messages
 //! over gRPC (`RaftTransport.Send`). Raft tolerates lost messages, so a full queue or a failed
 //! send drops the batch and reports the peer unreachable; nothing ever blocks the Ready loop.
+//! It knows nothing of the driver: it implements [`Outbox`] and reports through a [`ReportFn`].
 
-use crate::driver::Input;
+pub use crate::outbox::PeerReport;
+use crate::outbox::{Outbox, PeerError, ReportFn};
 use protobuf::Message as _;
 use raft::eraftpb::{Message, MessageType};
 use seqsvr_core::ids::{NodeId, SetId};
@@ -23,57 +25,56 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Upper bound on one send, snapshots included.
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What a peer task tells the driver after a send.
-#[derive(Debug)]
-pub enum PeerReport {
-    Unreachable(NodeId),
-    Snapshot { to: NodeId, delivered: bool },
-}
-
-/// Peers come and go with the replicated membership: the driver calls [`Transport::set_peer`]
-/// and [`Transport::remove_peer`] as membership changes apply. A peer task ends when its queue's
+/// Peers come and go with the replicated membership: the driver calls [`Outbox::set_peer`]
+/// and [`Outbox::remove_peer`] as membership changes apply. A peer task ends when its queue's
 /// sender is dropped.
 pub struct Transport {
     set_id: SetId,
     self_id: NodeId,
     self_addr: String,
-    driver: mpsc::Sender<Input>,
+    /// Where peer tasks report unreachable peers and snapshot outcomes (the driver's queue).
+    report: ReportFn,
     runtime: tokio::runtime::Handle,
     peers: HashMap<u64, (String, mpsc::Sender<Message>)>,
+    /// The peer plane's TLS (the peer CA bundle, this member's certificate); None: plaintext.
+    tls: Option<tonic::transport::ClientTlsConfig>,
     /// Told to every peer with each batch (see `RaftMessageBatch.sender_vote_blocked`).
     vote_blocked: Arc<AtomicBool>,
 }
 
 impl Transport {
-    /// Spawns one sender task per peer on the current Tokio runtime (later peers too).
+    /// Spawns one sender task per peer on the current Tokio runtime (later peers too). `report`
+    /// must not block: it is called from the peer tasks.
     pub fn start(
         set_id: SetId,
         self_id: NodeId,
         self_addr: String,
         peers: &[(NodeId, String)],
-        driver: mpsc::Sender<Input>,
+        report: ReportFn,
+        tls: Option<tonic::transport::ClientTlsConfig>,
     ) -> Result<Transport, tonic::transport::Error> {
         let mut transport = Transport {
             set_id,
             self_id,
             self_addr,
-            driver,
+            report,
             runtime: tokio::runtime::Handle::current(),
             peers: HashMap::new(),
             vote_blocked: Arc::new(AtomicBool::new(false)),
+            tls,
         };
         for (id, addr) in peers {
-            transport.set_peer(*id, addr)?;
+            transport.dial(*id, addr)?;
         }
         Ok(transport)
     }
 
     /// Sends to `id` at `addr` from now on (a new peer, or a new address for a known one).
-    pub fn set_peer(&mut self, id: NodeId, addr: &str) -> Result<(), tonic::transport::Error> {
+    fn dial(&mut self, id: NodeId, addr: &str) -> Result<(), tonic::transport::Error> {
         if id == self.self_id || self.peers.get(&id.0).is_some_and(|(a, _)| a == addr) {
             return Ok(());
         }
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))?
+        let endpoint = seqsvr_server::tls::endpoint(addr, self.tls.as_ref())?
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(SEND_TIMEOUT)
             .tcp_nodelay(true);
@@ -84,7 +85,7 @@ impl Transport {
             from_addr: self.self_addr.clone(),
             to: id,
             addr: addr.to_string(),
-            driver: self.driver.clone(),
+            report: self.report.clone(),
             vote_blocked: self.vote_blocked.clone(),
         };
         self.runtime.spawn(peer.run(endpoint, rx));
@@ -95,26 +96,32 @@ impl Transport {
         }
         Ok(())
     }
+}
+
+impl Outbox for Transport {
+    fn set_peer(&mut self, id: NodeId, addr: &str) -> Result<(), PeerError> {
+        self.dial(id, addr).map_err(PeerError::from)
+    }
 
     /// Stops sending to `id` (removed from the set); its task ends.
-    pub fn remove_peer(&mut self, id: NodeId) {
+    fn remove_peer(&mut self, id: NodeId) {
         if self.peers.remove(&id.0).is_some() {
             tracing::info!(peer = %id, "raft peer removed");
         }
     }
 
     /// Whether this member is vote-blocked, as its batches tell the others.
-    pub fn set_vote_blocked(&self, blocked: bool) {
+    fn set_vote_blocked(&self, blocked: bool) {
         self.vote_blocked.store(blocked, Ordering::Relaxed);
     }
 
     /// Whether messages to `id` have somewhere to go.
-    pub fn knows(&self, id: NodeId) -> bool {
+    fn knows(&self, id: NodeId) -> bool {
         self.peers.contains_key(&id.0)
     }
 
     /// Queues messages for their peers; never blocks.
-    pub fn send(&self, messages: Vec<Message>) {
+    fn send(&self, messages: Vec<Message>) {
         for m in messages {
             let to = m.to;
             match self.peers.get(&to) {
@@ -135,7 +142,7 @@ struct Peer {
     from_addr: String,
     to: NodeId,
     addr: String,
-    driver: mpsc::Sender<Input>,
+    report: ReportFn,
     vote_blocked: Arc<AtomicBool>,
 }
 
@@ -190,6 +197,6 @@ impl Peer {
     }
 
     fn report(&self, report: PeerReport) {
-        let _ = self.driver.try_send(Input::Peer(report));
+        (self.report)(report);
     }
 }

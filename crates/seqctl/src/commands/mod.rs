@@ -1,12 +1,13 @@
 //! The commands' logic, one module per area; `run` dispatches a parsed command line.
 
 pub mod alloc;
+pub mod certs;
 pub mod health;
 pub mod seq;
 pub mod status;
 pub mod store;
 
-use crate::cli::{AllocCommand, Cli, Command, SectionCommand, StoreCommand};
+use crate::cli::{AllocCommand, CertsCommand, Cli, Command, SectionCommand, StoreCommand};
 use crate::ctx::Ctx;
 use crate::error::{CtlError, Exit};
 use clap::CommandFactory;
@@ -21,6 +22,23 @@ pub async fn run(cli: Cli) -> Result<Exit, CtlError> {
         Command::Watch { interval_ms } | Command::Status { watch: true, interval_ms } => {
             status::watch(&ctx, Duration::from_millis(interval_ms)).await
         }
+        Command::Certs(CertsCommand::Init {
+            dir,
+            sets,
+            members,
+            allocs,
+            server_name,
+            days,
+            force,
+        }) => certs::init(&certs::InitOptions {
+            dir,
+            sets,
+            members,
+            allocs,
+            server_name,
+            days,
+            force,
+        }),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "seqctl", &mut std::io::stdout());
             Ok(Exit::Ok)
@@ -80,6 +98,8 @@ async fn once(ctx: &Ctx, command: Command) -> Result<Exit, CtlError> {
                 store::set_lease(ctx, set, lease_ms, margin_ms).await
             }
         },
-        Command::Watch { .. } | Command::Completions { .. } => unreachable!("handled by run"),
+        Command::Watch { .. } | Command::Completions { .. } | Command::Certs(_) => {
+            unreachable!("handled by run")
+        }
     }
 }

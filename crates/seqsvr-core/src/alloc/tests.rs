@@ -11,15 +11,15 @@ fn config(step: u64) -> AllocConfig {
     AllocConfig { section_size: SIZE, step, prefetch_remaining: step * 9 / 10 }
 }
 
-fn all(n_sections: u64, epoch: u64) -> Vec<(SectionRange, u64)> {
-    vec![(SectionRange::new(SectionId(0), SectionId(n_sections)).unwrap(), epoch)]
+fn all(n_sections: u64, epoch: u64) -> Vec<(SectionRange, LeaseEpoch)> {
+    vec![(SectionRange::new(SectionId(0), SectionId(n_sections)).unwrap(), LeaseEpoch(epoch))]
 }
 
 /// Commits every wanted advance like the store would: `max(current, requested)`.
 fn commit_wanted(t: &mut AllocTable, store: &mut BTreeMap<SectionId, u64>) {
     for a in t.take_wanted(usize::MAX) {
         let v = store.entry(a.section).or_insert(0);
-        *v = (*v).max(a.max_seq);
+        *v = (*v).max(a.max_seq.0);
         t.advanced(a.section, a.lease_epoch, Some(*v));
     }
 }
@@ -30,7 +30,7 @@ fn serves_contiguously_with_step_boundaries() {
     let to_load = t.grant(&all(2, 1));
     assert_eq!(to_load, all(2, 1));
     assert_eq!(t.next(3), Err(SeqError::Loading(SectionId(0))));
-    t.loaded(to_load[0].0, 1, &BTreeMap::new());
+    t.loaded(to_load[0].0, LeaseEpoch(1), &BTreeMap::new());
     let mut store = BTreeMap::new();
     let mut last = 0;
     for _ in 0..1000 {
@@ -56,16 +56,16 @@ fn serves_contiguously_with_step_boundaries() {
 fn batches_are_all_or_nothing_and_ordered() {
     let mut t = AllocTable::new(config(5));
     let runs = t.grant(&all(2, 1));
-    t.loaded(runs[0].0, 1, &BTreeMap::from([(SectionId(0), 5), (SectionId(1), 100)]));
+    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::from([(SectionId(0), 5), (SectionId(1), 100)]));
     // uid 1 three times needs 8 > 5: nothing is allocated.
     assert_eq!(t.next_batch(&[12, 1, 1, 1]), Err(SeqError::Exhausted(SectionId(0))));
     assert_eq!(t.current(12), Ok(100));
     assert_eq!(t.current(1), Ok(5));
     let wanted = t.take_wanted(10);
     assert_eq!(wanted.len(), 2, "both sections are at their bound");
-    assert!(wanted[0].max_seq >= 8 && wanted[1].max_seq >= 101);
+    assert!(wanted[0].max_seq.0 >= 8 && wanted[1].max_seq.0 >= 101);
     for a in wanted {
-        t.advanced(a.section, 1, Some(a.max_seq));
+        t.advanced(a.section, LeaseEpoch(1), Some(a.max_seq.0));
     }
     assert_eq!(t.next_batch(&[12, 1, 1, 1]), Ok(vec![101, 6, 7, 8]));
 }
@@ -74,7 +74,7 @@ fn batches_are_all_or_nothing_and_ordered() {
 fn a_batch_over_the_quick_bound_that_fits_exactly_is_served() {
     let mut t = AllocTable::new(config(10));
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, 1, &BTreeMap::new());
+    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::new());
     let mut store = BTreeMap::new();
     assert_eq!(t.next(1), Err(SeqError::Exhausted(SectionId(0))));
     commit_wanted(&mut t, &mut store);
@@ -91,7 +91,7 @@ fn a_batch_over_the_quick_bound_that_fits_exactly_is_served() {
 fn next_each_serves_what_it_can_and_waits_for_nothing() {
     let mut t = AllocTable::new(config(2));
     let runs = t.grant(&all(2, 1));
-    t.loaded(runs[0].0, 1, &BTreeMap::new());
+    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::new());
     let mut store = BTreeMap::new();
     assert_eq!(t.next_each(&[1]), vec![0]);
     commit_wanted(&mut t, &mut store);
@@ -102,14 +102,14 @@ fn next_each_serves_what_it_can_and_waits_for_nothing() {
     let wanted = t.take_wanted(10);
     let sections: Vec<SectionId> = wanted.iter().map(|a| a.section).collect();
     assert_eq!(sections, vec![SectionId(0), SectionId(1)], "both short sections ask to advance");
-    assert!(wanted[0].max_seq >= 4, "section 0 asks for enough for the refused value");
+    assert!(wanted[0].max_seq.0 >= 4, "section 0 asks for enough for the refused value");
 }
 
 #[test]
 fn a_section_used_fast_during_its_advances_grows_its_step_and_shrinks_back() {
     let mut t = AllocTable::new(config(10)); // prefetch once fewer than 9 remain
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, 1, &BTreeMap::new());
+    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::new());
     let mut store = BTreeMap::new();
     assert_eq!(t.next(1), Err(SeqError::Exhausted(SectionId(0))));
     commit_wanted(&mut t, &mut store); // max_seq 11
@@ -118,29 +118,29 @@ fn a_section_used_fast_during_its_advances_grows_its_step_and_shrinks_back() {
         t.next(1).unwrap();
     }
     let sent = t.take_wanted(10);
-    assert_eq!(sent[0].max_seq, 21);
+    assert_eq!(sent[0].max_seq.0, 21);
     // While it is out, 6 more values go (more than half of the headroom of 9).
     for _ in 0..6 {
         t.next(1).unwrap();
     }
-    t.advanced(SectionId(0), 1, Some(21));
+    t.advanced(SectionId(0), LeaseEpoch(1), Some(21));
     // 21 - 9 = 12 remain, not below the doubled headroom (18)? It is: ask for 21 + 20.
     t.next(1).unwrap();
     let sent = t.take_wanted(10);
-    assert_eq!(sent[0].max_seq, 41, "the advance size doubled");
+    assert_eq!(sent[0].max_seq.0, 41, "the advance size doubled");
     // Slow use while the next one is out: the size halves again.
-    t.advanced(SectionId(0), 1, Some(41));
+    t.advanced(SectionId(0), LeaseEpoch(1), Some(41));
     let mut v = 0;
     while !t.has_wanted() {
         v = t.next(1).unwrap();
     }
     let sent = t.take_wanted(10);
     assert!(v >= 23, "the doubled headroom (18 of 41) was reached at {v}");
-    assert_eq!(sent[0].max_seq, 41 + 10, "back to one step after a slow round");
+    assert_eq!(sent[0].max_seq.0, 41 + 10, "back to one step after a slow round");
     // Growth is bounded.
     let mut t = AllocTable::new(config(10));
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, 1, &BTreeMap::new());
+    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::new());
     let mut max_seq = 0;
     for _ in 0..20 {
         while !t.has_wanted() {
@@ -152,34 +152,34 @@ fn a_section_used_fast_during_its_advances_grows_its_step_and_shrinks_back() {
         let sent = t.take_wanted(10);
         // Use everything up to the old max_seq while the advance is out.
         while t.next(1).is_ok() {}
-        max_seq = sent[0].max_seq;
-        t.advanced(SectionId(0), 1, Some(max_seq));
+        max_seq = sent[0].max_seq.0;
+        t.advanced(SectionId(0), LeaseEpoch(1), Some(max_seq));
     }
     let before = max_seq;
     while !t.has_wanted() {
         let _ = t.next(1);
     }
-    assert_eq!(t.take_wanted(10)[0].max_seq - before, 10 * MAX_STEP_GROWTH);
+    assert_eq!(t.take_wanted(10)[0].max_seq.0 - before, 10 * MAX_STEP_GROWTH);
 }
 
 #[test]
 fn regrant_with_new_epoch_reloads_and_dropped_sections_stop() {
     let mut t = AllocTable::new(config(10));
     let runs = t.grant(&all(2, 1));
-    t.loaded(runs[0].0, 1, &BTreeMap::from([(SectionId(0), 10)]));
+    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::from([(SectionId(0), 10)]));
     assert_eq!(t.next(1), Err(SeqError::Exhausted(SectionId(0))), "10 is the committed bound");
     let wanted = t.take_wanted(10);
-    t.advanced(SectionId(0), 1, Some(wanted[0].max_seq));
+    t.advanced(SectionId(0), LeaseEpoch(1), Some(wanted[0].max_seq.0));
     assert_eq!(t.next(1), Ok(11));
     // Section 1 moves away; section 0 comes back at a new epoch: it must reload.
-    let runs = t.grant(&[(SectionRange::new(SectionId(0), SectionId(1)).unwrap(), 2)]);
+    let runs = t.grant(&[(SectionRange::new(SectionId(0), SectionId(1)).unwrap(), LeaseEpoch(2))]);
     assert_eq!(runs.len(), 1);
     assert_eq!(t.next(15), Err(SeqError::NotOwned(SectionId(1))));
     assert_eq!(t.next(1), Err(SeqError::Loading(SectionId(0))));
     // A load for the old epoch is ignored.
-    t.loaded(runs[0].0, 1, &BTreeMap::from([(SectionId(0), 10)]));
+    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::from([(SectionId(0), 10)]));
     assert_eq!(t.next(1), Err(SeqError::Loading(SectionId(0))));
-    t.loaded(runs[0].0, 2, &BTreeMap::from([(SectionId(0), 50)]));
+    t.loaded(runs[0].0, LeaseEpoch(2), &BTreeMap::from([(SectionId(0), 50)]));
     assert_eq!(t.current(1), Ok(50), "cur_seq restarts at the loaded max_seq");
     assert_eq!(t.counts(), (1, 0), "the reload dropped the old cur_seq array");
 }
@@ -191,12 +191,12 @@ fn regrant_with_new_epoch_reloads_and_dropped_sections_stop() {
 fn an_empty_grant_after_a_dropped_section_drops_everything() {
     let mut t = AllocTable::new(config(10));
     let first = SectionRange::new(SectionId(0), SectionId(2)).unwrap();
-    let runs = t.grant(&[(first, 1)]);
-    t.loaded(runs[0].0, 1, &BTreeMap::from([(SectionId(0), 100), (SectionId(1), 100)]));
+    let runs = t.grant(&[(first, LeaseEpoch(1))]);
+    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::from([(SectionId(0), 100), (SectionId(1), 100)]));
     assert_eq!(t.current(1), Ok(100));
     let more = SectionRange::new(SectionId(2), SectionId(3)).unwrap();
-    let to_load = t.grant(&[(first, 1), (more, 2)]);
-    assert_eq!(to_load, vec![(more, 2)]);
+    let to_load = t.grant(&[(first, LeaseEpoch(1)), (more, LeaseEpoch(2))]);
+    assert_eq!(to_load, vec![(more, LeaseEpoch(2))]);
     t.drop_section(SectionId(2)); // its load failed
     assert!(t.grant(&[]).is_empty());
     assert_eq!(t.current(1), Err(SeqError::NotOwned(SectionId(0))));
@@ -209,7 +209,7 @@ fn usage_counts_sections_by_state_and_cur_seq_memory() {
     assert_eq!(t.usage(), TableUsage::default());
     let runs = t.grant(&all(3, 1));
     assert_eq!(t.usage().sections_loading, 3);
-    t.loaded(runs[0].0, 1, &BTreeMap::from([(SectionId(0), 100), (SectionId(1), 100)]));
+    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::from([(SectionId(0), 100), (SectionId(1), 100)]));
     let u = t.usage();
     assert_eq!((u.sections_ready, u.sections_loading, u.sections_touched), (3, 0, 0));
     let mut store = BTreeMap::new();
@@ -257,7 +257,7 @@ proptest! {
         let mut epoch = 1;
         let mut store: BTreeMap<SectionId, u64> = BTreeMap::new();
         let runs = t.grant(&all(3, epoch));
-        t.loaded(runs[0].0, epoch, &store);
+        t.loaded(runs[0].0, LeaseEpoch(epoch), &store);
         let mut last: BTreeMap<u64, u64> = BTreeMap::new();
         let mut in_flight: Vec<SectionAdvance> = Vec::new();
         for op in ops {
@@ -310,7 +310,7 @@ proptest! {
                     in_flight.extend(t.take_wanted(usize::MAX));
                     for a in in_flight.drain(..n.min(in_flight.len())) {
                         let v = store.entry(a.section).or_insert(0);
-                        *v = (*v).max(a.max_seq);
+                        *v = (*v).max(a.max_seq.0);
                         t.advanced(a.section, a.lease_epoch, Some(*v));
                     }
                     Vec::new()
@@ -325,7 +325,7 @@ proptest! {
                     epoch += 1;
                     t.grant(&[]);
                     let runs = t.grant(&all(3, epoch));
-                    t.loaded(runs[0].0, epoch, &store);
+                    t.loaded(runs[0].0, LeaseEpoch(epoch), &store);
                     Vec::new()
                 }
             };
@@ -350,7 +350,11 @@ fn a_section_loaded_near_u64_max_answers_ceiling_without_panicking() {
     for loaded in [18_446_744_073_709_550_000, u64::MAX, MAX_SEQ_CEILING + 1, MAX_SEQ_CEILING] {
         let mut t = AllocTable::new(config(10_000));
         let runs = t.grant(&all(2, 1));
-        t.loaded(runs[0].0, 1, &BTreeMap::from([(SectionId(0), loaded), (SectionId(1), 7)]));
+        t.loaded(
+            runs[0].0,
+            LeaseEpoch(1),
+            &BTreeMap::from([(SectionId(0), loaded), (SectionId(1), 7)]),
+        );
         assert_eq!(t.next(1), Err(SeqError::Ceiling(SectionId(0))), "loaded {loaded}");
         assert_eq!(t.next_batch(&[1, 2, 1]), Err(SeqError::Ceiling(SectionId(0))));
         assert_eq!(t.next_batch(&[12, 1]), Err(SeqError::Ceiling(SectionId(0))));
@@ -360,11 +364,11 @@ fn a_section_loaded_near_u64_max_answers_ceiling_without_panicking() {
         let wanted = t.take_wanted(10);
         assert_eq!(wanted.len(), 1, "loaded {loaded}: {wanted:?}");
         assert_eq!(wanted[0].section, SectionId(1));
-        t.advanced(SectionId(1), 1, Some(wanted[0].max_seq));
+        t.advanced(SectionId(1), LeaseEpoch(1), Some(wanted[0].max_seq.0));
         assert_eq!(t.next_each(&[1, 12]), vec![0, 8]);
         assert!(!t.has_wanted());
         // A stray commit for the exhausted section changes nothing and panics nowhere.
-        t.advanced(SectionId(0), 1, Some(u64::MAX));
+        t.advanced(SectionId(0), LeaseEpoch(1), Some(u64::MAX));
         assert_eq!(t.next(1), Err(SeqError::Ceiling(SectionId(0))));
         assert!(t.take_wanted(10).is_empty());
     }
@@ -377,21 +381,21 @@ fn a_section_loaded_near_u64_max_answers_ceiling_without_panicking() {
 fn a_commit_near_u64_max_neither_panics_nor_serves_above_the_ceiling() {
     let mut t = AllocTable::new(config(10_000));
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, 1, &BTreeMap::new());
+    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::new());
     assert_eq!(t.next(1), Err(SeqError::Exhausted(SectionId(0))));
     let sent = t.take_wanted(10);
     assert_eq!(sent.len(), 1);
-    t.advanced(SectionId(0), 1, Some(18_446_744_073_709_550_000));
+    t.advanced(SectionId(0), LeaseEpoch(1), Some(18_446_744_073_709_550_000));
     assert_eq!(t.next_batch(&[1, 1, 2]), Ok(vec![1, 2, 1]));
     assert!(!t.has_wanted(), "max_seq is beyond the ceiling: no advance can help");
     // A uid whose values reached the ceiling gets the final error; others go on below it.
     let mut t = AllocTable::new(config(10));
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, 1, &BTreeMap::from([(SectionId(0), MAX_SEQ_CEILING - 3)]));
+    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::from([(SectionId(0), MAX_SEQ_CEILING - 3)]));
     assert_eq!(t.next(1), Err(SeqError::Exhausted(SectionId(0))));
     let sent = t.take_wanted(10);
-    assert_eq!(sent[0].max_seq, MAX_SEQ_CEILING, "the want is capped at the ceiling");
-    t.advanced(SectionId(0), 1, Some(u64::MAX - 5)); // an old store may commit more
+    assert_eq!(sent[0].max_seq.0, MAX_SEQ_CEILING, "the want is capped at the ceiling");
+    t.advanced(SectionId(0), LeaseEpoch(1), Some(u64::MAX - 5)); // an old store may commit more
     for v in MAX_SEQ_CEILING - 2..=MAX_SEQ_CEILING {
         assert_eq!(t.next(1), Ok(v));
     }
@@ -407,7 +411,7 @@ fn a_commit_near_u64_max_neither_panics_nor_serves_above_the_ceiling() {
 fn a_section_serves_up_to_the_ceiling_then_answers_ceiling() {
     let mut t = AllocTable::new(config(10));
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, 1, &BTreeMap::from([(SectionId(0), MAX_SEQ_CEILING - 25)]));
+    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::from([(SectionId(0), MAX_SEQ_CEILING - 25)]));
     let mut store = BTreeMap::from([(SectionId(0), MAX_SEQ_CEILING - 25)]);
     let mut last = MAX_SEQ_CEILING - 25;
     loop {
@@ -424,9 +428,9 @@ fn a_section_serves_up_to_the_ceiling_then_answers_ceiling() {
             Err(e) => panic!("{e}"),
         }
         for a in t.take_wanted(10) {
-            assert!(a.max_seq <= MAX_SEQ_CEILING, "wanted {} above the ceiling", a.max_seq);
+            assert!(a.max_seq.0 <= MAX_SEQ_CEILING, "wanted {} above the ceiling", a.max_seq.0);
             let v = store.entry(a.section).or_insert(0);
-            *v = (*v).max(a.max_seq);
+            *v = (*v).max(a.max_seq.0);
             t.advanced(a.section, a.lease_epoch, Some(*v));
         }
     }
@@ -437,11 +441,11 @@ fn a_section_serves_up_to_the_ceiling_then_answers_ceiling() {
     // section is still below it (waiting could never make it fit).
     let mut t = AllocTable::new(config(10));
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, 1, &BTreeMap::from([(SectionId(0), MAX_SEQ_CEILING - 2)]));
+    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::from([(SectionId(0), MAX_SEQ_CEILING - 2)]));
     assert_eq!(t.next_batch(&[1, 1, 1]), Err(SeqError::Ceiling(SectionId(0))));
     let sent = t.take_wanted(10);
-    assert_eq!(sent[0].max_seq, MAX_SEQ_CEILING, "still asks for what is left");
-    t.advanced(SectionId(0), 1, Some(MAX_SEQ_CEILING));
+    assert_eq!(sent[0].max_seq.0, MAX_SEQ_CEILING, "still asks for what is left");
+    t.advanced(SectionId(0), LeaseEpoch(1), Some(MAX_SEQ_CEILING));
     assert_eq!(t.next_batch(&[1, 1]), Ok(vec![MAX_SEQ_CEILING - 1, MAX_SEQ_CEILING]));
 }
 
@@ -452,17 +456,17 @@ fn a_huge_step_saturates_and_stops_at_the_ceiling() {
     let step = 1 << 62;
     let mut t = AllocTable::new(AllocConfig { section_size: SIZE, step, prefetch_remaining: step });
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, 1, &BTreeMap::new());
+    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::new());
     assert_eq!(t.next(1), Err(SeqError::Exhausted(SectionId(0))));
     let sent = t.take_wanted(10);
-    assert_eq!(sent[0].max_seq, step + 1);
-    t.advanced(SectionId(0), 1, Some(step + 1));
+    assert_eq!(sent[0].max_seq.0, step + 1);
+    t.advanced(SectionId(0), LeaseEpoch(1), Some(step + 1));
     assert_eq!(t.next(1), Ok(1));
     assert_eq!(t.next(1), Ok(2)); // fewer than `prefetch` left: wants max_seq + step
     let sent = t.take_wanted(10);
-    assert_eq!(sent[0].max_seq, MAX_SEQ_CEILING, "capped, not 2^63 + 1");
+    assert_eq!(sent[0].max_seq.0, MAX_SEQ_CEILING, "capped, not 2^63 + 1");
     // Used more than half the headroom while it was out? No, but pretend a huge commit.
-    t.advanced(SectionId(0), 1, Some(u64::MAX));
+    t.advanced(SectionId(0), LeaseEpoch(1), Some(u64::MAX));
     assert_eq!(t.next(1), Ok(3));
     assert!(!t.has_wanted());
 }
@@ -475,14 +479,14 @@ fn a_huge_step_saturates_and_stops_at_the_ceiling() {
 fn the_advancer_path_near_u64_max_does_not_panic() {
     let mut t = AllocTable::new(config(10_000));
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, 1, &BTreeMap::from([(SectionId(0), u64::MAX - 15_000)]));
+    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::from([(SectionId(0), u64::MAX - 15_000)]));
     let first = t.next(1);
     let sent = t.take_wanted(10);
     let batch = t.next_batch(&[1; 10]); // while the advance is out
     for a in &sent {
-        t.advanced(a.section, a.lease_epoch, Some(a.max_seq));
+        t.advanced(a.section, a.lease_epoch, Some(a.max_seq.0));
     }
-    t.advanced(SectionId(0), 1, Some(u64::MAX - 4_999)); // a commit racing an operator raise
+    t.advanced(SectionId(0), LeaseEpoch(1), Some(u64::MAX - 4_999)); // a commit racing an operator raise
     assert_eq!(first, Err(SeqError::Ceiling(SectionId(0))));
     assert!(sent.is_empty(), "no advance beyond the ceiling: {sent:?}");
     assert_eq!(batch, Err(SeqError::Ceiling(SectionId(0))));
@@ -508,7 +512,7 @@ fn a_grant_after_a_failed_load_loads_again() {
     let again = t.grant(&runs);
     assert_eq!(again, runs, "the same grant must load the dropped sections again");
     let mut store = BTreeMap::from([(SectionId(0), 10)]);
-    t.loaded(again[0].0, 1, &store);
+    t.loaded(again[0].0, LeaseEpoch(1), &store);
     // Served again: every uid starts at the loaded max_seq, so the first value needs an advance.
     assert_eq!(t.next(3), Err(SeqError::Exhausted(SectionId(0))));
     commit_wanted(&mut t, &mut store);
@@ -529,10 +533,10 @@ fn range(begin: u64, end: u64) -> SectionRange {
 fn next_each_keeps_every_value_in_its_uids_place_around_unserved_runs() {
     let mut t = AllocTable::new(config(10));
     // Sections 0 and 1 ready (loaded at 100), section 2 still loading, section 5 not owned.
-    let to_load = t.grant(&[(range(0, 2), 1), (range(2, 3), 2)]);
-    assert_eq!(to_load, vec![(range(0, 2), 1), (range(2, 3), 2)]);
+    let to_load = t.grant(&[(range(0, 2), LeaseEpoch(1)), (range(2, 3), LeaseEpoch(2))]);
+    assert_eq!(to_load, vec![(range(0, 2), LeaseEpoch(1)), (range(2, 3), LeaseEpoch(2))]);
     let mut store = BTreeMap::from([(SectionId(0), 100), (SectionId(1), 100)]);
-    t.loaded(to_load[0].0, 1, &store);
+    t.loaded(to_load[0].0, LeaseEpoch(1), &store);
     assert_eq!(t.next_each(&[1, 12]), vec![0, 0], "both wait for an advance");
     commit_wanted(&mut t, &mut store);
     let uids = [1, 55, 56, 12, 25, 26, 27, 2, 1];
@@ -546,7 +550,8 @@ fn next_each_keeps_every_value_in_its_uids_place_around_unserved_runs() {
 #[test]
 fn sections_to_load_are_runs_of_one_epoch_without_gaps() {
     let mut t = AllocTable::new(config(10));
-    let grant = [(range(0, 2), 1), (range(2, 3), 2), (range(5, 7), 2)];
+    let grant =
+        [(range(0, 2), 1), (range(2, 3), 2), (range(5, 7), 2)].map(|(r, e)| (r, LeaseEpoch(e)));
     let to_load = t.grant(&grant);
     assert_eq!(to_load, grant.to_vec());
     for &(r, e) in &to_load {
@@ -566,11 +571,11 @@ fn sections_to_load_are_runs_of_one_epoch_without_gaps() {
 fn a_batch_needing_exactly_the_ceiling_waits_for_an_advance() {
     let mut t = AllocTable::new(config(10));
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, 1, &BTreeMap::from([(SectionId(0), MAX_SEQ_CEILING - 2)]));
+    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::from([(SectionId(0), MAX_SEQ_CEILING - 2)]));
     assert_eq!(t.next_batch(&[1, 1]), Err(SeqError::Exhausted(SectionId(0))));
     let sent = t.take_wanted(10);
-    assert_eq!(sent[0].max_seq, MAX_SEQ_CEILING);
-    t.advanced(SectionId(0), 1, Some(MAX_SEQ_CEILING));
+    assert_eq!(sent[0].max_seq.0, MAX_SEQ_CEILING);
+    t.advanced(SectionId(0), LeaseEpoch(1), Some(MAX_SEQ_CEILING));
     assert_eq!(t.next_batch(&[1, 1]), Ok(vec![MAX_SEQ_CEILING - 1, MAX_SEQ_CEILING]));
 }
 
@@ -580,7 +585,7 @@ fn a_batch_needing_exactly_the_ceiling_waits_for_an_advance() {
 fn prefetch_starts_once_fewer_than_prefetch_remaining_are_left() {
     let mut t = AllocTable::new(config(10)); // prefetch_remaining 9
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, 1, &BTreeMap::new());
+    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::new());
     let mut store = BTreeMap::new();
     assert_eq!(t.next(1), Err(SeqError::Exhausted(SectionId(0))));
     commit_wanted(&mut t, &mut store); // max_seq 11
@@ -598,7 +603,7 @@ fn prefetch_starts_once_fewer_than_prefetch_remaining_are_left() {
 fn a_uid_repeated_across_runs_counts_every_occurrence() {
     let mut t = AllocTable::new(config(10));
     let runs = t.grant(&all(2, 1));
-    t.loaded(runs[0].0, 1, &BTreeMap::new());
+    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::new());
     let mut store = BTreeMap::new();
     assert_eq!(t.next_each(&[1, 15]), vec![0, 0]);
     commit_wanted(&mut t, &mut store); // both sections at max_seq 11

@@ -540,7 +540,7 @@ impl Proc {
     }
 }
 
-/// The leader's answer to a heartbeat of `alloc` granted at `now` (as `driver.rs::grant`).
+/// The leader's answer to a heartbeat of `alloc` granted at `now` (as `storesvr/src/driver/leases.rs::grant`).
 fn answer(arb: &mut Arbiter, control: &ControlState, alloc: AllocId, now: u64) -> Outcome {
     if !control.allocs.contains_key(&alloc) {
         return Outcome::Refused;

@@ -12,7 +12,11 @@ fn advance(sections: &[(u64, u64)]) -> Command {
         alloc: None,
         sections: sections
             .iter()
-            .map(|&(s, v)| SectionAdvance { section: SectionId(s), max_seq: v, lease_epoch: 0 })
+            .map(|&(s, v)| SectionAdvance {
+                section: SectionId(s),
+                max_seq: seqsvr_core::ids::Seq(v),
+                lease_epoch: seqsvr_core::ids::LeaseEpoch(0),
+            })
             .collect(),
     }
 }

@@ -1,0 +1,343 @@
+//! `seqctl certs init`: a development PKI for mutual TLS (rcgen), and the `[tls]` block that
+//! goes with it.
+//!
+//! Two CAs:
+//! - `cluster-ca` issues the servers (`store-<set>-<id>`, `alloc-<set>-<i>`) and `admin`;
+//! - `client-ca` issues the applications (`client`).
+//!
+//! The store and peer planes trust `cluster-ca.pem` only, so an application certificate cannot
+//! even finish a handshake with a StoreSvr; the client plane trusts `client-bundle.pem`
+//! (client-ca + cluster-ca): an AllocSvr accepts applications and the admin, and clients accept
+//! the AllocSvrs' cluster-issued server certificates. Which plane a member of the cluster may act
+//! on is then the role's business (`[tls.identities]`). Every server certificate carries the
+//! DNS SAN `server_name` (clients verify it; they dial IP addresses), 127.0.0.1 and localhost.
+//! Keys are written 0600; existing files are kept unless `--force`.
+
+use crate::error::{CtlError, Exit};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+/// What `certs init` makes.
+#[derive(Clone, Debug)]
+pub struct InitOptions {
+    pub dir: PathBuf,
+    pub sets: u32,
+    pub members: u64,
+    pub allocs: u32,
+    pub server_name: String,
+    pub days: u32,
+    pub force: bool,
+}
+
+/// One certificate to issue: its file stem (= CN), whether it serves, the role line.
+struct Leaf {
+    name: String,
+    server: bool,
+    client_ca: bool,
+    role: String,
+}
+
+fn plan(o: &InitOptions) -> Vec<Leaf> {
+    let mut leaves = Vec::new();
+    for set in 0..o.sets {
+        for id in 1..=o.members {
+            leaves.push(Leaf {
+                name: format!("store-{set}-{id}"),
+                server: true,
+                client_ca: false,
+                role: format!("{{ role = \"peer\", set = {set} }}"),
+            });
+        }
+        for i in 1..=o.allocs {
+            leaves.push(Leaf {
+                name: format!("alloc-{set}-{i}"),
+                server: true,
+                client_ca: false,
+                role: "\"alloc\"".into(),
+            });
+        }
+    }
+    leaves.push(Leaf {
+        name: "admin".into(),
+        server: false,
+        client_ca: false,
+        role: "\"admin\"".into(),
+    });
+    leaves.push(Leaf {
+        name: "client".into(),
+        server: false,
+        client_ca: true,
+        role: "\"client\"".into(),
+    });
+    leaves
+}
+
+fn fail(what: impl Into<String>) -> CtlError {
+    CtlError { exit: Exit::NoAnswer, what: what.into(), hint: None }
+}
+
+fn rc(what: &str) -> impl Fn(rcgen::Error) -> CtlError + '_ {
+    move |e| fail(format!("cannot make {what}: {e}"))
+}
+
+/// Writes a file; keys 0600. Refuses to replace an existing file unless `force`.
+fn write(path: &Path, contents: &str, secret: bool, force: bool) -> Result<(), CtlError> {
+    if path.exists() && !force {
+        return Err(CtlError::usage(
+            format!("{} exists", path.display()),
+            "pass --force to replace the whole PKI, or choose another --dir",
+        ));
+    }
+    let mut open = std::fs::OpenOptions::new();
+    open.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        open.mode(if secret { 0o600 } else { 0o644 });
+    }
+    let mut file =
+        open.open(path).map_err(|e| fail(format!("cannot write {}: {e}", path.display())))?;
+    // `mode` applies only to a new file: a replaced key is narrowed too.
+    #[cfg(unix)]
+    if secret {
+        use std::os::unix::fs::PermissionsExt as _;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| fail(format!("cannot chmod {}: {e}", path.display())))?;
+    }
+    file.write_all(contents.as_bytes())
+        .map_err(|e| fail(format!("cannot write {}: {e}", path.display())))
+}
+
+struct Ca {
+    issuer: Issuer<'static, KeyPair>,
+    pem: String,
+    key: String,
+}
+
+fn make_ca(cn: &str, o: &InitOptions) -> Result<Ca, CtlError> {
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(rc(cn))?;
+    params.distinguished_name.push(DnType::CommonName, cn);
+    params.distinguished_name.push(DnType::OrganizationName, "seqsvr dev");
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    validity(&mut params, o.days);
+    let key = KeyPair::generate().map_err(rc(cn))?;
+    let cert = params.self_signed(&key).map_err(rc(cn))?;
+    Ok(Ca { pem: cert.pem(), key: key.serialize_pem(), issuer: Issuer::new(params, key) })
+}
+
+fn validity(params: &mut CertificateParams, days: u32) {
+    let now = time::OffsetDateTime::now_utc();
+    // An hour back: a host whose clock is a little behind still accepts a fresh certificate.
+    params.not_before = now - time::Duration::hours(1);
+    params.not_after = now + time::Duration::days(i64::from(days));
+}
+
+/// Makes the CAs and certificates in `o.dir`; returns the `[tls]` block for the cluster file.
+pub fn init_files(o: &InitOptions) -> Result<String, CtlError> {
+    if o.sets == 0 || o.members == 0 {
+        return Err(CtlError::usage(
+            "--sets and --members must be at least 1",
+            "e.g. --sets 1 --members 3",
+        ));
+    }
+    if o.days == 0 {
+        return Err(CtlError::usage("--days must be at least 1", "e.g. --days 365"));
+    }
+    if !o.force {
+        let mut names: Vec<String> = [
+            "cluster-ca.pem",
+            "cluster-ca.key",
+            "client-ca.pem",
+            "client-ca.key",
+            "client-bundle.pem",
+        ]
+        .map(String::from)
+        .into();
+        for leaf in plan(o) {
+            names.push(format!("{}.pem", leaf.name));
+            names.push(format!("{}.key", leaf.name));
+        }
+        if let Some(existing) = names.iter().map(|n| o.dir.join(n)).find(|p| p.exists()) {
+            return Err(CtlError::usage(
+                format!("{} exists", existing.display()),
+                "pass --force to replace the whole PKI, or choose another --dir",
+            ));
+        }
+    }
+    std::fs::create_dir_all(&o.dir)
+        .map_err(|e| fail(format!("cannot create {}: {e}", o.dir.display())))?;
+    let cluster = make_ca("seqsvr cluster CA", o)?;
+    let client = make_ca("seqsvr client CA", o)?;
+    let at = |name: &str| o.dir.join(name);
+    write(&at("cluster-ca.pem"), &cluster.pem, false, o.force)?;
+    write(&at("cluster-ca.key"), &cluster.key, true, o.force)?;
+    write(&at("client-ca.pem"), &client.pem, false, o.force)?;
+    write(&at("client-ca.key"), &client.key, true, o.force)?;
+    write(&at("client-bundle.pem"), &format!("{}{}", client.pem, cluster.pem), false, o.force)?;
+    let mut identities = String::new();
+    for leaf in plan(o) {
+        let mut names = vec![leaf.name.clone()];
+        if leaf.server {
+            names.extend([o.server_name.clone(), "localhost".into(), "127.0.0.1".into()]);
+        }
+        let mut params = CertificateParams::new(names).map_err(rc(&leaf.name))?;
+        params.distinguished_name.push(DnType::CommonName, leaf.name.as_str());
+        params.extended_key_usages = if leaf.server {
+            vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth]
+        } else {
+            vec![ExtendedKeyUsagePurpose::ClientAuth]
+        };
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        validity(&mut params, o.days);
+        let key = KeyPair::generate().map_err(rc(&leaf.name))?;
+        let issuer = if leaf.client_ca { &client } else { &cluster };
+        let cert = params.signed_by(&key, &issuer.issuer).map_err(rc(&leaf.name))?;
+        // The chain a process presents: its certificate (the CA is in the peer's bundle).
+        write(&at(&format!("{}.pem", leaf.name)), &cert.pem(), false, o.force)?;
+        write(&at(&format!("{}.key", leaf.name)), &key.serialize_pem(), true, o.force)?;
+        identities.push_str(&format!("\"{}\" = {}\n", leaf.name, leaf.role));
+    }
+    let path = |name: &str| at(name).display().to_string();
+    Ok(format!(
+        "# Paths are relative to the cluster file's directory: adjust them if it is elsewhere.\n\
+         [tls]\n\
+         server_name = \"{server_name}\"\n\
+         client_ca = \"{client_ca}\"\n\
+         store_ca = \"{cluster_ca}\"\n\
+         peer_ca = \"{cluster_ca}\"\n\
+         [tls.identities]\n\
+         {identities}",
+        server_name = o.server_name,
+        client_ca = path("client-bundle.pem"),
+        cluster_ca = path("cluster-ca.pem"),
+    ))
+}
+
+pub fn init(o: &InitOptions) -> Result<Exit, CtlError> {
+    let block = init_files(o)?;
+    eprintln!(
+        "wrote a development PKI to {dir} (CA keys: cluster-ca.key, client-ca.key; keep them \
+         off the servers). Each process takes its own pair: --tls-cert {dir}/store-0-1.pem \
+         --tls-key {dir}/store-0-1.key (SEQSVR_TLS_CERT / SEQSVR_TLS_KEY). Add this to the \
+         cluster file:\n",
+        dir = o.dir.display()
+    );
+    print!("{block}");
+    Ok(Exit::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::client::danger::ServerCertVerifier as _;
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    use std::sync::Arc;
+
+    fn options(dir: &Path) -> InitOptions {
+        InitOptions {
+            dir: dir.join("certs"),
+            sets: 2,
+            members: 3,
+            allocs: 2,
+            server_name: "seqsvr".into(),
+            days: 30,
+            force: false,
+        }
+    }
+
+    fn roots(path: &Path) -> Arc<rustls::RootCertStore> {
+        let mut store = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(path).unwrap() {
+            store.add(c.unwrap()).unwrap();
+        }
+        Arc::new(store)
+    }
+
+    fn cert(dir: &Path, name: &str) -> CertificateDer<'static> {
+        CertificateDer::from_pem_file(dir.join(format!("{name}.pem"))).unwrap()
+    }
+
+    #[test]
+    fn init_makes_a_pki_whose_planes_trust_what_they_should() {
+        let tmp = tempfile::tempdir().unwrap();
+        let o = options(tmp.path());
+        let block = init_files(&o).unwrap();
+        let dir = &o.dir;
+
+        // The block parses as the [tls] of a cluster file with two sets.
+        let mut cluster = String::new();
+        for set in 0..2 {
+            cluster.push_str(&format!(
+                "[[sets]]\nid = {set}\nuid_begin = {}\nuid_end = {}\n\
+                 stores = [{{ id = 1, addr = \"127.0.0.1:{}\" }}]\n",
+                set * 100_000,
+                (set + 1) * 100_000,
+                7001 + set
+            ));
+        }
+        let config =
+            seqsvr_core::config::ClusterConfig::from_toml_str(&format!("{cluster}{block}"))
+                .unwrap();
+        let tls = config.tls.unwrap();
+        assert_eq!(tls.identities.len(), 2 * 3 + 2 * 2 + 2);
+        assert_eq!(tls.identities["store-1-3"].set(), Some(seqsvr_core::ids::SetId(1)));
+
+        #[cfg(unix)]
+        for key in ["cluster-ca.key", "client-ca.key", "store-0-1.key", "client.key"] {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(dir.join(key)).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{key}");
+        }
+
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let client_verifier = |bundle: &str| {
+            rustls::server::WebPkiClientVerifier::builder_with_provider(
+                roots(&dir.join(bundle)),
+                provider.clone(),
+            )
+            .build()
+            .unwrap()
+        };
+        let (store_plane, client_plane) =
+            (client_verifier("cluster-ca.pem"), client_verifier("client-bundle.pem"));
+        let now = UnixTime::now();
+        let as_client = |v: &Arc<dyn rustls::server::danger::ClientCertVerifier>, name: &str| {
+            v.verify_client_cert(&cert(dir, name), &[], now).is_ok()
+        };
+        for name in ["store-0-1", "alloc-1-2", "admin"] {
+            assert!(as_client(&store_plane, name), "{name} on the store/peer planes");
+        }
+        assert!(!as_client(&store_plane, "client"), "an application is not trusted by a StoreSvr");
+        assert!(as_client(&client_plane, "client") && as_client(&client_plane, "admin"));
+
+        // Servers are verified by name, whichever plane's bundle the dialler uses.
+        for bundle in ["cluster-ca.pem", "client-bundle.pem"] {
+            let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+                roots(&dir.join(bundle)),
+                provider.clone(),
+            )
+            .build()
+            .unwrap();
+            for name in ["store-1-3", "alloc-0-1"] {
+                let ok = verifier.verify_server_cert(
+                    &cert(dir, name),
+                    &[],
+                    &ServerName::try_from("seqsvr").unwrap(),
+                    &[],
+                    now,
+                );
+                assert!(ok.is_ok(), "{name} as a server under {bundle}: {ok:?}");
+            }
+        }
+
+        // A second init into the same dir refuses to overwrite; --force replaces.
+        assert!(init_files(&o).is_err());
+        assert!(init_files(&InitOptions { force: true, ..o }).is_ok());
+    }
+}

@@ -1,0 +1,264 @@
+//! `seqcheck load`: the nemesis's recorded client load against a cluster someone else runs
+//! (containers, another machine), described by its cluster file, while an outside script
+//! injects the faults and marks them on stdin.
+//!
+//! Protocol on stdin, one command per line: `step NAME` marks the start of a step (the previous
+//! step ends there); `stop` (or end of input) stops the load. Every call is recorded as in the
+//! nemesis; at the end the history is checked and, per step, the longest stretch in which a set
+//! saw no successful call is reported: what a client felt during that step.
+
+use crate::history::{check, Operation, Outcome, Report};
+use crate::nemesis::start_load;
+use seqsvr_client::seq::SeqClient;
+use seqsvr_core::config::ClusterConfig;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+#[derive(Clone, Debug)]
+pub struct LoadConfig {
+    pub config: PathBuf,
+    pub out_dir: PathBuf,
+    pub clients: usize,
+    pub seed: u64,
+    /// The sets to load (all of the file's when empty): a compose file may run only some.
+    pub sets: Vec<u64>,
+    /// How long to wait for the first successful call of every set before the load starts.
+    pub connect_wait: Duration,
+}
+
+/// One marked step: its name, window and, per set, the longest stretch without a successful
+/// call inside the window.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct StepGap {
+    pub name: String,
+    pub start_ms: u64,
+    pub end_ms: u64,
+    pub calls_ok: u64,
+    pub longest_gap_ms: BTreeMap<u64, u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LoadSummary {
+    pub report: Report,
+    pub steps: Vec<StepGap>,
+}
+
+impl LoadSummary {
+    /// A Markdown table: one row per step, then the totals.
+    pub fn table(&self) -> String {
+        let mut t = String::from(
+            "| step | duration | successful calls | longest stretch without a successful call |\n\
+             |---|---|---|---|\n",
+        );
+        for s in &self.steps {
+            let gaps: Vec<String> =
+                s.longest_gap_ms.iter().map(|(set, ms)| format!("set {set}: {ms} ms")).collect();
+            t.push_str(&format!(
+                "| {} | {:.1} s | {} | {} |\n",
+                s.name,
+                (s.end_ms - s.start_ms) as f64 / 1000.0,
+                s.calls_ok,
+                gaps.join(", ")
+            ));
+        }
+        let r = &self.report;
+        t.push_str(&format!(
+            "\nCalls: {} ok, {} failed, {} unknown; values handed out: {}; violations: {}.\n",
+            r.n_ok,
+            r.n_fail,
+            r.n_unknown,
+            r.n_values,
+            r.violations.len()
+        ));
+        t
+    }
+}
+
+/// Per step, per set: the longest stretch in `[start, end)` without a successful completion
+/// (from the window's start to the first, between two, from the last to the window's end).
+pub fn step_gaps(ops: &[Operation], marks: &[(String, u64)], end_ns: u64) -> Vec<StepGap> {
+    let mut ok_times: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for op in ops {
+        if matches!(op.outcome, Outcome::Ok { .. }) {
+            ok_times.entry(op.set).or_default().push(op.complete_ns);
+        }
+    }
+    for times in ok_times.values_mut() {
+        times.sort_unstable();
+    }
+    let sets: Vec<u64> = ops
+        .iter()
+        .map(|op| op.set)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    marks
+        .iter()
+        .enumerate()
+        .map(|(i, (name, start))| {
+            let end = marks.get(i + 1).map_or(end_ns, |(_, t)| *t).max(*start);
+            let mut calls_ok = 0;
+            let mut longest_gap_ms = BTreeMap::new();
+            for &set in &sets {
+                let times = ok_times.get(&set).map(Vec::as_slice).unwrap_or(&[]);
+                let inside: Vec<u64> =
+                    times.iter().copied().filter(|&t| t >= *start && t < end).collect();
+                calls_ok += inside.len() as u64;
+                let mut previous = *start;
+                let mut gap = 0;
+                for t in inside {
+                    gap = gap.max(t - previous);
+                    previous = t;
+                }
+                gap = gap.max(end - previous);
+                longest_gap_ms.insert(set, gap / 1_000_000);
+            }
+            StepGap {
+                name: name.clone(),
+                start_ms: start / 1_000_000,
+                end_ms: end / 1_000_000,
+                calls_ok,
+                longest_gap_ms,
+            }
+        })
+        .collect()
+}
+
+/// Hot uids spread over every set's range, 16 per set (as the nemesis uses).
+fn hot_uids(config: &ClusterConfig) -> Vec<(u64, u64)> {
+    let mut uids = Vec::new();
+    for set in &config.sets {
+        let span = set.uid_end - set.uid_begin;
+        for i in 0..16u64 {
+            uids.push((set.id.0, set.uid_begin + (span / 16) * i + i));
+        }
+    }
+    uids
+}
+
+/// Runs the load until `stop` or end of input on stdin; writes `history.jsonl`, `report.json`
+/// and `summary.md` to the out dir. `Err` means the run itself failed (no cluster to talk to).
+pub async fn run(cfg: LoadConfig) -> anyhow::Result<LoadSummary> {
+    let text = std::fs::read_to_string(&cfg.config)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", cfg.config.display()))?;
+    let mut config = ClusterConfig::from_toml_str(&text)
+        .map_err(|e| anyhow::anyhow!("in {}: {e}", cfg.config.display()))?;
+    if !cfg.sets.is_empty() {
+        for id in &cfg.sets {
+            anyhow::ensure!(
+                config.sets.iter().any(|s| s.id.0 == *id),
+                "set {id} is not in {}",
+                cfg.config.display()
+            );
+        }
+        config.sets.retain(|s| cfg.sets.contains(&s.id.0));
+    }
+    std::fs::create_dir_all(&cfg.out_dir)?;
+    let seeds: Vec<String> = config.sets.iter().flat_map(|s| s.allocs.clone()).collect();
+    anyhow::ensure!(!seeds.is_empty(), "{} lists no AllocSvr", cfg.config.display());
+    let probe = SeqClient::connect(&seeds, cfg.connect_wait).await?;
+    let uids = hot_uids(&config);
+    for set in &config.sets {
+        let uid = set.uid_begin;
+        probe.next(uid, cfg.connect_wait).await.map_err(|s| {
+            anyhow::anyhow!(
+                "set {} does not serve (uid {uid}): {:?} {}",
+                set.id,
+                s.code(),
+                s.message()
+            )
+        })?;
+    }
+    let t0 = Instant::now();
+    let mut clients = Vec::with_capacity(cfg.clients);
+    for _ in 0..cfg.clients {
+        clients.push(Arc::new(SeqClient::connect(&seeds, cfg.connect_wait).await?));
+    }
+    let load = start_load(clients, uids, cfg.seed, t0);
+    eprintln!("load: {} clients running; mark steps on stdin (`step NAME`, `stop`)", cfg.clients);
+    let mut marks: Vec<(String, u64)> = vec![("start".into(), 0)];
+    // Stdin is read on a thread of its own (blocking reads), one line at a time.
+    let (line_tx, mut lines) = tokio::sync::mpsc::channel::<String>(16);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lines() {
+            let Ok(line) = line else { break };
+            if line_tx.blocking_send(line).is_err() {
+                break;
+            }
+        }
+    });
+    while let Some(line) = lines.recv().await {
+        let line = line.trim();
+        if line == "stop" {
+            break;
+        }
+        if let Some(name) = line.strip_prefix("step ") {
+            let at = t0.elapsed().as_nanos() as u64;
+            eprintln!(
+                "load: step {name:?} at {:.1} s ({} successful calls so far)",
+                at as f64 / 1e9,
+                load.ok.load(Ordering::Relaxed)
+            );
+            marks.push((name.trim().to_string(), at));
+        } else if !line.is_empty() {
+            eprintln!("load: ignoring {line:?} (expected `step NAME` or `stop`)");
+        }
+    }
+    let ops = load.finish(&cfg.out_dir).await?;
+    let end_ns = t0.elapsed().as_nanos() as u64;
+    let report = check(&ops);
+    let summary = LoadSummary { steps: step_gaps(&ops, &marks, end_ns), report };
+    std::fs::write(cfg.out_dir.join("report.json"), serde_json::to_string_pretty(&summary)?)?;
+    std::fs::write(cfg.out_dir.join("summary.md"), summary.table())?;
+    Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(set: u64, complete_ms: u64) -> Operation {
+        Operation {
+            client: 0,
+            set,
+            uids: vec![1],
+            invoke_ns: complete_ms * 1_000_000,
+            complete_ns: complete_ms * 1_000_000,
+            outcome: Outcome::Ok { values: vec![complete_ms] },
+        }
+    }
+
+    #[test]
+    fn a_step_reports_the_longest_stretch_without_success_per_set_including_its_edges() {
+        let ops = vec![
+            ok(0, 10),
+            ok(0, 20),
+            ok(0, 150), // set 0: 20 → 150 is the longest inside step "kill"
+            ok(0, 190),
+            ok(1, 105),
+            Operation { outcome: Outcome::Unknown { reason: "timeout".into() }, ..ok(0, 120) },
+        ];
+        let marks = vec![("start".to_string(), 0), ("kill".to_string(), 100_000_000)];
+        let steps = step_gaps(&ops, &marks, 200_000_000);
+        assert_eq!(steps.len(), 2);
+        assert_eq!(steps[0].name, "start");
+        assert_eq!(steps[0].calls_ok, 2);
+        // Set 0 in [0, 100): 0→10, 10→20, 20→100 (the window's end): 80 ms.
+        assert_eq!(steps[0].longest_gap_ms[&0], 80);
+        // Set 1 had no success at all in [0, 100): the whole window.
+        assert_eq!(steps[0].longest_gap_ms[&1], 100);
+        // Set 0 in [100, 200): 100→150 is 50, 150→190 is 40, 190→200 is 10; the unknown call
+        // at 120 does not count.
+        assert_eq!(steps[1].longest_gap_ms[&0], 50);
+        assert_eq!(steps[1].longest_gap_ms[&1], 95);
+        assert_eq!(steps[1].calls_ok, 3);
+        assert!(LoadSummary { report: check(&ops), steps }
+            .table()
+            .contains("| kill | 0.1 s | 3 |"));
+    }
+}

@@ -1,0 +1,181 @@
+//! Client-side mutual TLS for every channel this crate opens.
+//!
+//! A process has one identity (its certificate and key), so it is set once for the process
+//! ([`set_process_tls`], at start, before any channel is opened); each channel then trusts the
+//! CA bundle of the plane it dials ([`Plane`]) and checks the server's certificate against the
+//! cluster's `server_name` (addresses are IPs). Without it, channels are plaintext `http://`.
+//! Files are read once: a certificate rotated on disk is used by a process started after it.
+
+use rustls_pki_types::pem::PemObject as _;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use seqsvr_core::config::TlsConfig;
+use std::path::Path;
+use std::sync::RwLock;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+use tonic::Status;
+
+/// The plane a channel dials, which decides the CA bundle its server is checked against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plane {
+    /// An AllocSvr's `SeqService`: `client_ca`.
+    Client,
+    /// A StoreSvr's `StoreService`/`StoreAdmin`: `store_ca`.
+    Store,
+}
+
+/// A process's client identity and the CA bundles it trusts (PEM).
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClientTls {
+    pub server_name: String,
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+    pub client_ca_pem: Vec<u8>,
+    pub store_ca_pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("ClientTls").field("server_name", &self.server_name).finish_non_exhaustive()
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
+fn check_certs(path: &Path, pem: &[u8]) -> Result<(), String> {
+    let n = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .len();
+    if n == 0 {
+        return Err(format!("{}: no CERTIFICATE in the file", path.display()));
+    }
+    Ok(())
+}
+
+impl ClientTls {
+    /// Reads the identity (`cert`, `key`) and the CA bundles a cluster file's `[tls]` names
+    /// (relative to `cluster_dir`), and checks that they parse.
+    pub fn from_files(
+        tls: &TlsConfig,
+        cluster_dir: &Path,
+        cert: &Path,
+        key: &Path,
+    ) -> Result<ClientTls, String> {
+        let (client_ca, store_ca) =
+            (cluster_dir.join(&tls.client_ca), cluster_dir.join(&tls.store_ca));
+        ClientTls::read(&tls.server_name, cert, key, &client_ca, &store_ca)
+    }
+
+    /// Reads and checks the files themselves (paths already resolved).
+    pub fn read(
+        server_name: &str,
+        cert: &Path,
+        key: &Path,
+        client_ca: &Path,
+        store_ca: &Path,
+    ) -> Result<ClientTls, String> {
+        let cert_pem = read(cert)?;
+        check_certs(cert, &cert_pem)?;
+        let key_pem = read(key)?;
+        PrivateKeyDer::from_pem_slice(&key_pem)
+            .map_err(|e| format!("{}: private key: {e}", key.display()))?;
+        let bundle = |path: &Path| -> Result<Vec<u8>, String> {
+            let pem = read(path)?;
+            check_certs(path, &pem)?;
+            Ok(pem)
+        };
+        Ok(ClientTls {
+            server_name: server_name.to_string(),
+            cert_pem,
+            key_pem,
+            client_ca_pem: bundle(client_ca)?,
+            store_ca_pem: bundle(store_ca)?,
+        })
+    }
+
+    /// The tonic TLS settings for dialling `plane`.
+    pub fn config(&self, plane: Plane) -> ClientTlsConfig {
+        let ca = match plane {
+            Plane::Client => &self.client_ca_pem,
+            Plane::Store => &self.store_ca_pem,
+        };
+        ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(ca))
+            .identity(Identity::from_pem(&self.cert_pem, &self.key_pem))
+            .domain_name(self.server_name.clone())
+    }
+}
+
+static PROCESS_TLS: RwLock<Option<ClientTls>> = RwLock::new(None);
+
+/// Sets (or, with `None`, clears) the TLS identity of every channel opened from now on.
+pub fn set_process_tls(tls: Option<ClientTls>) {
+    *PROCESS_TLS.write().unwrap_or_else(|e| e.into_inner()) = tls;
+}
+
+/// The process's TLS identity, if set.
+pub fn process_tls() -> Option<ClientTls> {
+    PROCESS_TLS.read().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// An endpoint for `addr` (`host:port`) on `plane`: `https://` with the process's TLS identity
+/// when it has one, else `http://`.
+pub fn endpoint(addr: &str, plane: Plane) -> Result<Endpoint, Status> {
+    endpoint_with(addr, plane, process_tls().as_ref())
+}
+
+fn endpoint_with(addr: &str, plane: Plane, tls: Option<&ClientTls>) -> Result<Endpoint, Status> {
+    let bad =
+        |e: tonic::transport::Error| Status::invalid_argument(format!("bad address {addr:?}: {e}"));
+    match tls {
+        Some(tls) => Endpoint::from_shared(format!("https://{addr}"))
+            .map_err(bad)?
+            .tls_config(tls.config(plane))
+            .map_err(|e| Status::invalid_argument(format!("TLS settings for {addr}: {e}"))),
+        None => Endpoint::from_shared(format!("http://{addr}")).map_err(bad),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_are_plaintext_without_tls_and_https_with_it() {
+        // Not through the process-wide setting: other tests open channels in parallel.
+        let e = endpoint_with("127.0.0.1:7001", Plane::Store, None).unwrap();
+        assert_eq!(e.uri().scheme_str(), Some("http"));
+        assert!(endpoint_with("not an address", Plane::Store, None).is_err());
+        let broken = ClientTls {
+            server_name: "seqsvr".into(),
+            cert_pem: b"junk".to_vec(),
+            key_pem: b"junk".to_vec(),
+            client_ca_pem: vec![],
+            store_ca_pem: vec![],
+        };
+        // tonic parses the identity when TLS is applied: https was attempted.
+        let err = endpoint_with("127.0.0.1:7001", Plane::Client, Some(&broken)).unwrap_err();
+        assert!(err.message().contains("TLS settings"), "{err:?}");
+    }
+
+    #[test]
+    fn from_files_reports_the_file_that_does_not_load() {
+        let dir = std::env::temp_dir().join(format!("seqsvr-client-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("bad.pem"), "not pem").unwrap();
+        let tls: TlsConfig = TlsConfig {
+            server_name: "seqsvr".into(),
+            client_ca: "bad.pem".into(),
+            store_ca: "bad.pem".into(),
+            peer_ca: "bad.pem".into(),
+            identities: Default::default(),
+        };
+        let err = ClientTls::from_files(&tls, &dir, &dir.join("bad.pem"), &dir.join("nope.key"))
+            .unwrap_err();
+        assert!(err.contains("bad.pem") && err.contains("no CERTIFICATE"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,654 @@
+//! Mutual TLS and the role check, end to end over real sockets: a tonic server on 127.0.0.1:0
+//! serving health and fake `seqsvr.v1` services through `tls::incoming` + `tls::AuthLayer`, with
+//! certificates made here by rcgen. The fake services count their calls, so a refusal is shown
+//! to change nothing behind the guard.
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use seqsvr_core::config::{ClusterConfig, TlsConfig};
+use seqsvr_core::ids::SetId;
+use seqsvr_server::tls::{
+    self, Caller, PeerIdentity, Plane, ServeExt as _, ServerKind, TlsFiles, TlsSetup,
+};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::{Code, Status};
+
+// ---- certificates ----
+
+struct Ca {
+    issuer: Issuer<'static, KeyPair>,
+    pem: String,
+}
+
+fn ca(name: &str) -> Ca {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let key = KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    Ca { issuer: Issuer::new(params, key), pem: cert.pem() }
+}
+
+/// A leaf certificate and its key, PEM.
+#[derive(Clone)]
+struct Leaf {
+    cert: String,
+    key: String,
+}
+
+impl Ca {
+    fn issue_with(&self, cn: &str, sans: &[&str], expired: bool) -> Leaf {
+        let mut params =
+            CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.extended_key_usages =
+            vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        if expired {
+            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        }
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        Leaf { cert: cert.pem(), key: key.serialize_pem() }
+    }
+
+    fn issue(&self, cn: &str) -> Leaf {
+        self.issue_with(cn, &[cn], false)
+    }
+
+    fn server(&self, cn: &str) -> Leaf {
+        self.issue_with(cn, &["seqsvr", "127.0.0.1"], false)
+    }
+}
+
+/// Writes `contents` to `path` the way an operator should rotate: a temporary file renamed
+/// into place, so no reader sees half a file.
+fn put(path: &Path, contents: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, contents).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+const SETS: &str = r#"
+[[sets]]
+id = 0
+uid_begin = 0
+uid_end = 100000
+stores = [{ id = 1, addr = "127.0.0.1:7001" }]
+[[sets]]
+id = 1
+uid_begin = 100000
+uid_end = 200000
+stores = [{ id = 1, addr = "127.0.0.1:7101" }]
+[tls]
+server_name = "seqsvr"
+client_ca = "client-ca.pem"
+store_ca = "store-ca.pem"
+peer_ca = "peer-ca.pem"
+[tls.identities]
+"app-1" = "client"
+"alloc-0-1" = "alloc"
+"admin" = "admin"
+"store-0-1" = { role = "peer", set = 0 }
+"store-0-2" = { role = "peer", set = 0 }
+"store-1-1" = { role = "peer", set = 1 }
+"#;
+
+fn tls_config() -> TlsConfig {
+    ClusterConfig::from_toml_str(SETS).unwrap().tls.unwrap()
+}
+
+/// A directory with a server's files: its certificate and key and the three CA bundles.
+struct Dir {
+    dir: tempfile::TempDir,
+}
+
+impl Dir {
+    fn new(server: &Leaf, client_ca: &str, store_ca: &str, peer_ca: &str) -> Dir {
+        let dir = Dir { dir: tempfile::tempdir().unwrap() };
+        put(&dir.path("server.pem"), &server.cert);
+        put(&dir.path("server.key"), &server.key);
+        put(&dir.path("client-ca.pem"), client_ca);
+        put(&dir.path("store-ca.pem"), store_ca);
+        put(&dir.path("peer-ca.pem"), peer_ca);
+        dir
+    }
+
+    /// One CA for all three planes.
+    fn one_ca(ca: &Ca, server: &Leaf) -> Dir {
+        Dir::new(server, &ca.pem, &ca.pem, &ca.pem)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn files(&self) -> TlsFiles {
+        TlsFiles::resolve(
+            &tls_config(),
+            self.dir.path(),
+            self.path("server.pem"),
+            self.path("server.key"),
+        )
+    }
+}
+
+// ---- a server ----
+
+/// What the fake services saw: calls per service and the callers the auth layer handed them.
+#[derive(Clone, Default)]
+struct Seen {
+    calls: Arc<Mutex<Vec<Call>>>,
+}
+
+/// A call that reached a service: its path, the caller and the connection's identity.
+type Call = (String, Option<Caller>, Option<PeerIdentity>);
+
+impl Seen {
+    fn count(&self) -> usize {
+        self.calls.lock().unwrap().len()
+    }
+}
+
+struct Echo;
+
+impl tonic::server::UnaryService<()> for Echo {
+    type Response = ();
+    type Future = std::future::Ready<Result<tonic::Response<()>, Status>>;
+    fn call(&mut self, _: tonic::Request<()>) -> Self::Future {
+        std::future::ready(Ok(tonic::Response::new(())))
+    }
+}
+
+macro_rules! fake_service {
+    ($ty:ident, $name:literal) => {
+        #[derive(Clone)]
+        struct $ty(Seen);
+
+        impl tonic::server::NamedService for $ty {
+            const NAME: &'static str = $name;
+        }
+
+        impl tower_service::Service<http::Request<tonic::body::Body>> for $ty {
+            type Response = http::Response<tonic::body::Body>;
+            type Error = std::convert::Infallible;
+            type Future = std::pin::Pin<
+                Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+            >;
+
+            fn poll_ready(
+                &mut self,
+                _: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Result<(), Self::Error>> {
+                std::task::Poll::Ready(Ok(()))
+            }
+
+            fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+                let seen = self.0.clone();
+                seen.calls.lock().unwrap().push((
+                    req.uri().path().to_string(),
+                    req.extensions().get::<Caller>().cloned(),
+                    req.extensions().get::<PeerIdentity>().cloned(),
+                ));
+                Box::pin(async move {
+                    let mut grpc =
+                        tonic::server::Grpc::new(tonic_prost::ProstCodec::<(), ()>::default());
+                    Ok(grpc.unary(Echo, req).await)
+                })
+            }
+        }
+    };
+}
+
+fake_service!(FakeStoreAdmin, "seqsvr.v1.StoreAdmin");
+fake_service!(FakeStoreService, "seqsvr.v1.StoreService");
+fake_service!(FakeRaft, "seqsvr.v1.RaftTransport");
+fake_service!(FakeSeq, "seqsvr.v1.SeqService");
+
+struct Server {
+    addr: SocketAddr,
+    seen: Seen,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+/// A server as the binaries start one: `[tls]` of a cluster file in `dir`, the server's own
+/// certificate and key by flag, `auth_layer` and `serve_maybe_tls`.
+async fn serve(dir: &Dir, kind: ServerKind) -> Server {
+    let setup = TlsSetup::from_cluster(
+        Some(&tls_config()),
+        &dir.path("cluster.toml"),
+        Some(&dir.path("server.pem")),
+        Some(&dir.path("server.key")),
+        kind,
+    )
+    .unwrap();
+    assert!(setup.is_some());
+    serve_with(setup).await
+}
+
+async fn serve_with(setup: Option<TlsSetup>) -> Server {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Seen::default();
+    let (_reporter, health) = tonic_health::server::health_reporter();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let router = tonic::transport::Server::builder()
+        .layer(tls::auth_layer(setup.as_ref()))
+        .add_service(health)
+        .add_service(FakeStoreAdmin(seen.clone()))
+        .add_service(FakeStoreService(seen.clone()))
+        .add_service(FakeRaft(seen.clone()))
+        .add_service(FakeSeq(seen.clone()));
+    tokio::spawn(async move {
+        router
+            .serve_maybe_tls(listener, setup.as_ref(), async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("the server's TLS files load");
+    });
+    Server { addr, seen, _stop: stop }
+}
+
+const STORE0: ServerKind = ServerKind::StoreSvr { set: SetId(0) };
+
+// ---- a client ----
+
+fn client_tls(trust: &str, id: Option<&Leaf>) -> ClientTlsConfig {
+    let mut c =
+        ClientTlsConfig::new().ca_certificate(Certificate::from_pem(trust)).domain_name("seqsvr");
+    if let Some(id) = id {
+        c = c.identity(Identity::from_pem(&id.cert, &id.key));
+    }
+    c
+}
+
+async fn connect(addr: SocketAddr, tls: ClientTlsConfig) -> Result<Channel, String> {
+    Endpoint::from_shared(format!("https://{addr}"))
+        .map_err(|e| e.to_string())?
+        .tls_config(tls)
+        .map_err(|e| e.to_string())?
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .map_err(|e| format!("{e:?}"))
+}
+
+async fn unary(channel: Channel, path: &'static str) -> Result<(), Status> {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.map_err(|e| Status::unavailable(format!("{e:?}")))?;
+    grpc.unary(
+        tonic::Request::new(()),
+        http::uri::PathAndQuery::from_static(path),
+        tonic_prost::ProstCodec::<(), ()>::default(),
+    )
+    .await
+    .map(|_| ())
+}
+
+#[derive(Debug)]
+enum Outcome {
+    Served,
+    /// PERMISSION_DENIED, with its message.
+    Denied(String),
+    /// The connection was refused (handshake): a connect error, or a call failing as
+    /// UNAVAILABLE, UNKNOWN or CANCELLED (the connection closed under it).
+    Refused(String),
+}
+
+async fn attempt(addr: SocketAddr, tls: ClientTlsConfig, path: &'static str) -> Outcome {
+    let channel = match connect(addr, tls).await {
+        Ok(c) => c,
+        Err(e) => return Outcome::Refused(e),
+    };
+    match unary(channel, path).await {
+        Ok(()) => Outcome::Served,
+        Err(s) if s.code() == Code::PermissionDenied => Outcome::Denied(s.message().to_string()),
+        Err(s) if matches!(s.code(), Code::Unavailable | Code::Unknown | Code::Cancelled) => {
+            Outcome::Refused(format!("{s:?}"))
+        }
+        Err(s) => panic!("unexpected status {s:?}"),
+    }
+}
+
+fn refused(o: Outcome) -> String {
+    match o {
+        Outcome::Refused(e) => e,
+        other => panic!("expected the connection to be refused, got {other:?}"),
+    }
+}
+
+/// The refusal `e` is for `alert`: the client read the server's alert, or (TLS 1.3, where the
+/// client finishes its side first and may already be writing its request) found the
+/// connection gone before reading it.
+fn assert_alert(e: &str, alert: &str) {
+    let dropped = ["broken pipe", "connection closed", "reset"].iter().any(|w| e.contains(w));
+    assert!(e.contains(alert) || dropped, "expected {alert}: {e}");
+}
+
+fn denied(o: Outcome) -> String {
+    match o {
+        Outcome::Denied(m) => m,
+        other => panic!("expected PERMISSION_DENIED, got {other:?}"),
+    }
+}
+
+const ADMIN_STATUS: &str = "/seqsvr.v1.StoreAdmin/Status";
+const MOVE_SECTIONS: &str = "/seqsvr.v1.StoreAdmin/MoveSections";
+const ADVANCE: &str = "/seqsvr.v1.StoreService/AdvanceMaxSeq";
+const RAFT_SEND: &str = "/seqsvr.v1.RaftTransport/Send";
+const NEXT: &str = "/seqsvr.v1.SeqService/Next";
+
+// ---- the tests ----
+
+#[tokio::test]
+async fn no_client_certificate_is_refused_at_the_handshake() {
+    let ca = ca("cluster");
+    let dir = Dir::one_ca(&ca, &ca.server("store-0-1"));
+    let server = serve(&dir, STORE0).await;
+    let e = refused(attempt(server.addr, client_tls(&ca.pem, None), ADMIN_STATUS).await);
+    assert_alert(&e, "CertificateRequired");
+    assert_eq!(server.seen.count(), 0);
+}
+
+#[tokio::test]
+async fn a_certificate_from_another_ca_is_refused_at_the_handshake() {
+    let (ca, other) = (ca("cluster"), ca("other"));
+    let dir = Dir::one_ca(&ca, &ca.server("store-0-1"));
+    let server = serve(&dir, STORE0).await;
+    // Same name as a real admin, wrong issuer.
+    let forged = other.issue("admin");
+    let e = refused(attempt(server.addr, client_tls(&ca.pem, Some(&forged)), ADMIN_STATUS).await);
+    assert_alert(&e, "UnknownCA");
+    assert_eq!(server.seen.count(), 0);
+}
+
+#[tokio::test]
+async fn an_expired_certificate_is_refused_at_the_handshake() {
+    let ca = ca("cluster");
+    let dir = Dir::one_ca(&ca, &ca.server("store-0-1"));
+    let server = serve(&dir, STORE0).await;
+    let expired = ca.issue_with("admin", &["admin"], true);
+    let e = refused(attempt(server.addr, client_tls(&ca.pem, Some(&expired)), ADMIN_STATUS).await);
+    assert_alert(&e, "CertificateExpired");
+    assert_eq!(server.seen.count(), 0);
+}
+
+#[tokio::test]
+async fn an_identity_not_in_the_list_is_permission_denied_but_may_ask_health() {
+    let ca = ca("cluster");
+    let dir = Dir::one_ca(&ca, &ca.server("store-0-1"));
+    let server = serve(&dir, STORE0).await;
+    let stranger = ca.issue("stranger");
+    let msg = denied(attempt(server.addr, client_tls(&ca.pem, Some(&stranger)), ADVANCE).await);
+    assert!(msg.contains("\"stranger\"") && msg.contains("[tls.identities]"), "{msg}");
+    assert_eq!(server.seen.count(), 0, "the service never ran");
+    let channel = connect(server.addr, client_tls(&ca.pem, Some(&stranger))).await.unwrap();
+    let health = tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest { service: String::new() })
+        .await
+        .expect("health is open to any verified certificate");
+    assert_eq!(health.into_inner().status, 1, "SERVING");
+}
+
+#[tokio::test]
+async fn the_right_certificate_is_served_and_the_handler_sees_who_called() {
+    let ca = ca("cluster");
+    let dir = Dir::one_ca(&ca, &ca.server("store-0-1"));
+    let server = serve(&dir, STORE0).await;
+    // The admin dials with the library's own client helper, as seqctl will.
+    let admin = ca.issue("admin");
+    let admin_dir = Dir::one_ca(&ca, &admin);
+    let helper = tls::client_tls_config(&admin_dir.files(), Plane::Store).unwrap();
+    assert!(matches!(attempt(server.addr, helper, ADMIN_STATUS).await, Outcome::Served));
+    let alloc = ca.issue("alloc-0-1");
+    assert!(matches!(
+        attempt(server.addr, client_tls(&ca.pem, Some(&alloc)), ADVANCE).await,
+        Outcome::Served
+    ));
+    let calls = server.seen.calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 2);
+    let (path, caller, peer) = &calls[0];
+    assert_eq!(path, ADMIN_STATUS);
+    let caller = caller.as_ref().expect("the auth layer hands the handler its caller");
+    assert_eq!((caller.name.as_str(), caller.role.as_str()), ("admin", "admin"));
+    let peer = peer.as_ref().expect("the connection's verified identity");
+    assert_eq!(peer.cn.as_deref(), Some("admin"));
+    assert!(peer.planes.contains(&Plane::Store) && peer.planes.contains(&Plane::Peer));
+    assert_eq!(calls[1].1.as_ref().map(|c| c.name.as_str()), Some("alloc-0-1"));
+}
+
+#[tokio::test]
+async fn a_client_calling_admin_or_store_paths_is_permission_denied_and_nothing_runs() {
+    let ca = ca("cluster");
+    let dir = Dir::one_ca(&ca, &ca.server("store-0-1"));
+    let server = serve(&dir, STORE0).await;
+    let app = ca.issue("app-1");
+    let msg = denied(attempt(server.addr, client_tls(&ca.pem, Some(&app)), MOVE_SECTIONS).await);
+    assert_eq!(
+        msg,
+        "identity \"app-1\" (role client) may not call seqsvr.v1.StoreAdmin/MoveSections: \
+         needs role admin"
+    );
+    let msg = denied(attempt(server.addr, client_tls(&ca.pem, Some(&app)), ADVANCE).await);
+    assert!(msg.contains("needs role alloc or admin"), "{msg}");
+    let msg = denied(attempt(server.addr, client_tls(&ca.pem, Some(&app)), RAFT_SEND).await);
+    assert!(msg.contains("needs role peer of set 0"), "{msg}");
+    // A StoreSvr does not serve SeqService: refused, not passed through to a 404.
+    let msg = denied(attempt(server.addr, client_tls(&ca.pem, Some(&app)), NEXT).await);
+    assert!(msg.contains("no such service"), "{msg}");
+    assert_eq!(server.seen.count(), 0, "no refused call reached a service");
+}
+
+#[tokio::test]
+async fn a_peer_of_another_set_cannot_send_raft_messages() {
+    let ca = ca("cluster");
+    let dir = Dir::one_ca(&ca, &ca.server("store-0-1"));
+    let server = serve(&dir, STORE0).await;
+    let other_set = ca.issue_with("store-1-1", &["seqsvr", "store-1-1"], false);
+    let msg = denied(attempt(server.addr, client_tls(&ca.pem, Some(&other_set)), RAFT_SEND).await);
+    assert_eq!(
+        msg,
+        "identity \"store-1-1\" (role peer of set 1) may not call seqsvr.v1.RaftTransport/Send: \
+         needs role peer of set 0"
+    );
+    assert_eq!(server.seen.count(), 0);
+    let same_set = ca.issue_with("store-0-2", &["seqsvr", "store-0-2"], false);
+    assert!(matches!(
+        attempt(server.addr, client_tls(&ca.pem, Some(&same_set)), RAFT_SEND).await,
+        Outcome::Served
+    ));
+}
+
+#[tokio::test]
+async fn each_plane_trusts_only_its_own_ca_bundle() {
+    // Separate CAs: the store plane's CA issues the admin and the AllocSvrs, the peer plane's
+    // the members. A member name on a store-plane certificate is not a peer.
+    let (client_ca, store_ca, peer_ca) = (ca("client"), ca("store"), ca("peer"));
+    let server_leaf = store_ca.server("store-0-1");
+    // The server's certificate comes from the store CA; peers trust it through their bundle.
+    let peer_bundle = format!("{}{}", peer_ca.pem, store_ca.pem);
+    let dir = Dir::new(&server_leaf, &client_ca.pem, &store_ca.pem, &peer_ca.pem);
+    let server = serve(&dir, STORE0).await;
+    let impostor = store_ca.issue_with("store-0-2", &["seqsvr", "store-0-2"], false);
+    let msg =
+        denied(attempt(server.addr, client_tls(&store_ca.pem, Some(&impostor)), RAFT_SEND).await);
+    assert!(msg.contains("peer_ca"), "{msg}");
+    let member = peer_ca.issue_with("store-0-2", &["seqsvr", "store-0-2"], false);
+    assert!(matches!(
+        attempt(server.addr, client_tls(&peer_bundle, Some(&member)), RAFT_SEND).await,
+        Outcome::Served
+    ));
+    // The client CA is not trusted at all by a StoreSvr: refused at the handshake.
+    let admin_from_client_ca = client_ca.issue("admin");
+    let e = refused(
+        attempt(server.addr, client_tls(&store_ca.pem, Some(&admin_from_client_ca)), ADMIN_STATUS)
+            .await,
+    );
+    assert_alert(&e, "UnknownCA");
+    assert_eq!(server.seen.count(), 1);
+}
+
+/// The raw TLS view: which certificate a new connection is served.
+async fn served_certificate(addr: SocketAddr, trust: &str, id: &Leaf) -> CertificateDer<'static> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(trust.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(id.cert.as_bytes()).map(|c| c.unwrap()).collect();
+    let key = PrivateKeyDer::from_pem_slice(id.key.as_bytes()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_client_auth_cert(chain, key)
+    .unwrap();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let conn = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("seqsvr").unwrap(), tcp)
+        .await
+        .unwrap();
+    conn.get_ref().1.peer_certificates().unwrap()[0].clone()
+}
+
+fn der(leaf: &Leaf) -> CertificateDer<'static> {
+    CertificateDer::from_pem_slice(leaf.cert.as_bytes()).unwrap()
+}
+
+#[tokio::test]
+async fn the_server_certificate_rotates_while_serving_without_a_failed_call() {
+    let ca = ca("cluster");
+    let (old, new) = (ca.server("store-0-1"), ca.server("store-0-1"));
+    assert_ne!(der(&old), der(&new));
+    let dir = Dir::one_ca(&ca, &old);
+    let server = serve(&dir, STORE0).await;
+    let admin = ca.issue("admin");
+    assert_eq!(served_certificate(server.addr, &ca.pem, &admin).await, der(&old));
+
+    // Calls keep going on an open channel through the rotation.
+    let channel = connect(server.addr, client_tls(&ca.pem, Some(&admin))).await.unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let load = {
+        let (stop, ok, failed) = (stop.clone(), ok.clone(), failed.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                match unary(channel.clone(), ADMIN_STATUS).await {
+                    Ok(()) => ok.fetch_add(1, Ordering::Relaxed),
+                    Err(_) => failed.fetch_add(1, Ordering::Relaxed),
+                };
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    put(&dir.path("server.pem"), &new.cert);
+    // A look between the two renames sees a key that does not match: kept the old pair.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    put(&dir.path("server.key"), &new.key);
+    // New connections, each a fresh handshake, until the new certificate is served.
+    let mut rotated = false;
+    for _ in 0..40 {
+        if served_certificate(server.addr, &ca.pem, &admin).await == der(&new) {
+            rotated = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(rotated, "a new connection is served the new certificate within 4 s");
+    // And a new tonic channel works against it.
+    assert!(matches!(
+        attempt(server.addr, client_tls(&ca.pem, Some(&admin)), ADMIN_STATUS).await,
+        Outcome::Served
+    ));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.store(true, Ordering::Relaxed);
+    load.await.unwrap();
+    assert_eq!(failed.load(Ordering::Relaxed), 0, "no call failed during the rotation");
+    assert!(ok.load(Ordering::Relaxed) > 20, "the load really ran");
+}
+
+#[tokio::test]
+async fn a_ca_bundle_change_is_picked_up_without_a_restart() {
+    let (ca, next_ca) = (ca("cluster"), ca("next"));
+    let dir = Dir::one_ca(&ca, &ca.server("store-0-1"));
+    let server = serve(&dir, STORE0).await;
+    let admin_next = next_ca.issue("admin");
+    let e =
+        refused(attempt(server.addr, client_tls(&ca.pem, Some(&admin_next)), ADMIN_STATUS).await);
+    assert_alert(&e, "UnknownCA");
+    // The operator adds the next CA to the store plane's bundle.
+    put(&dir.path("store-ca.pem"), &format!("{}{}", ca.pem, next_ca.pem));
+    tokio::time::sleep(tls::RELOAD_CHECK + Duration::from_millis(200)).await;
+    assert!(matches!(
+        attempt(server.addr, client_tls(&ca.pem, Some(&admin_next)), ADMIN_STATUS).await,
+        Outcome::Served
+    ));
+}
+
+#[tokio::test]
+async fn a_client_refuses_a_server_without_the_server_name() {
+    let ca = ca("cluster");
+    // A certificate from the right CA that does not carry "seqsvr".
+    let dir = Dir::one_ca(&ca, &ca.issue_with("store-0-1", &["elsewhere", "127.0.0.1"], false));
+    let server = serve(&dir, STORE0).await;
+    let admin = ca.issue("admin");
+    let e = refused(attempt(server.addr, client_tls(&ca.pem, Some(&admin)), ADMIN_STATUS).await);
+    assert!(e.contains("NotValidForName"), "{e}");
+    assert_eq!(server.seen.count(), 0);
+}
+
+#[tokio::test]
+async fn an_allocsvr_serves_clients_and_admins_only() {
+    let ca = ca("cluster");
+    let dir = Dir::one_ca(&ca, &ca.server("alloc-0-1"));
+    let server = serve(&dir, ServerKind::AllocSvr).await;
+    for (who, ok) in [("app-1", true), ("admin", true), ("alloc-0-1", false), ("store-0-1", false)]
+    {
+        let leaf = ca.issue(who);
+        let outcome = attempt(server.addr, client_tls(&ca.pem, Some(&leaf)), NEXT).await;
+        assert_eq!(matches!(outcome, Outcome::Served), ok, "{who}: {outcome:?}");
+    }
+    // StoreAdmin is not served by an AllocSvr, whoever asks.
+    let admin = ca.issue("admin");
+    denied(attempt(server.addr, client_tls(&ca.pem, Some(&admin)), ADMIN_STATUS).await);
+    assert_eq!(server.seen.count(), 2);
+}
+
+#[tokio::test]
+async fn without_tls_a_server_serves_plaintext_with_no_role_check() {
+    let server = serve_with(None).await;
+    let channel =
+        Endpoint::from_shared(format!("http://{}", server.addr)).unwrap().connect().await.unwrap();
+    unary(channel, MOVE_SECTIONS).await.expect("plaintext: no identity, no check");
+    assert_eq!(server.seen.count(), 1);
+}
+
+#[test]
+fn tls_setup_needs_both_the_section_and_the_process_identity() {
+    let (cert, key) = (Path::new("me.pem"), Path::new("me.key"));
+    let file = Path::new("/etc/seqsvr/cluster.toml");
+    let setup =
+        TlsSetup::from_cluster(Some(&tls_config()), file, Some(cert), Some(key), STORE0).unwrap();
+    let files = setup.unwrap().files;
+    assert_eq!(files.store_ca, Path::new("/etc/seqsvr/store-ca.pem"), "relative to the file");
+    assert_eq!(files.cert, cert, "flags are taken as given");
+    assert!(TlsSetup::from_cluster(None, file, None, None, STORE0).unwrap().is_none());
+    let err = TlsSetup::from_cluster(Some(&tls_config()), file, None, None, STORE0).unwrap_err();
+    assert!(err.to_string().contains("--tls-cert"), "{err}");
+    assert!(TlsSetup::from_cluster(None, file, Some(cert), Some(key), STORE0).is_err());
+}

@@ -1,0 +1,438 @@
+//! The driver's public face: its configuration, the requests gRPC handlers send it ([`Input`],
+//! through a [`DriverHandle`]) and the answers and admin views they get back. No Raft logic here.
+
+use crate::outbox::{PeerReport, ReportFn};
+use raft::eraftpb::Message;
+use seqsvr_core::arbiter::LeaseConfig;
+use seqsvr_core::ids::{AllocId, LeaseEpoch, NodeId, RouteVersion, SectionId, SetId};
+use seqsvr_core::section::SectionRange;
+use seqsvr_core::store::{Rejected, SectionAdvance};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// Requests queued for the driver before callers wait (backpressure).
+pub const DRIVER_QUEUE_MAX: usize = 4096;
+
+pub struct DriverConfig {
+    pub set_id: SetId,
+    pub node_id: NodeId,
+    /// The address the others dial for this member.
+    pub addr: String,
+    /// The members the cluster file lists, with this process's view of their addresses (which
+    /// wins over the replicated directory: tests route links through proxies).
+    pub members: Vec<(NodeId, String)>,
+    pub tick: Duration,
+    pub election_ticks: usize,
+    pub heartbeat_ticks: usize,
+    pub compact_log_entries: u64,
+    pub sections: SectionRange,
+    /// This member's config lease: proposed only while the set has no replicated lease yet
+    /// (every grant and wait uses the replicated one).
+    pub lease: LeaseConfig,
+}
+
+/// Why a request was not served. Mapped to gRPC status codes in `service.rs`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("not the leader")]
+    NotLeader { leader: Option<(NodeId, String)> },
+    #[error("no quorum")]
+    NoQuorum { heard: usize, voters: usize },
+    #[error("proposal dropped: {0}")]
+    Dropped(String),
+    #[error("leadership changed before the proposal committed")]
+    Superseded,
+    #[error("overloaded")]
+    Overloaded,
+    #[error("timed out")]
+    Timeout { waited: Duration },
+    #[error("shutting down")]
+    Stopped,
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// Valid, but not now (a membership change pending, a learner not caught up).
+    #[error("{0}")]
+    Precondition(String),
+    /// Covered by a snapshot this member installed: it may or may not have applied.
+    #[error("outcome unknown")]
+    OutcomeUnknown,
+    /// A committed command that changed nothing (fencing, unknown alloc).
+    #[error("{0}")]
+    Rejected(Rejected),
+    #[error("alloc {0} is not registered (or was forgotten)")]
+    UnknownAlloc(AllocId),
+    #[error("alloc {0}'s registration expired or was replaced")]
+    AllocExpired(AllocId),
+}
+
+/// A lease grant for one heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub runs: Vec<(SectionRange, LeaseEpoch)>,
+    pub lease: LeaseConfig,
+    /// Present when the caller's route version is stale.
+    pub route: Option<RouteView>,
+}
+
+/// The route table of this set, in core types.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteView {
+    pub version: RouteVersion,
+    pub entries: Vec<(SectionRange, AllocId, String)>,
+}
+
+/// The leader's view of AllocSvr leases (seqctl leases).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeasesView {
+    pub lease: LeaseConfig,
+    pub allocs: Vec<AllocLeaseView>,
+    pub runs: Vec<(SectionRange, seqsvr_core::assign::Owner)>,
+    pub route_version: RouteVersion,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocLeaseView {
+    pub alloc: AllocId,
+    pub addr: String,
+    pub draining: bool,
+    pub replaced: bool,
+    pub released: bool,
+    pub expired: bool,
+    pub ms_since_grant: Option<u64>,
+    pub lease_left_ms: u64,
+    pub n_sections: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Advanced {
+    pub sections: Vec<(SectionId, u64)>,
+    pub applied_index: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadDone {
+    pub sections: Vec<(SectionId, u64)>,
+    pub read_index: u64,
+}
+
+/// A member's Raft role, as status reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Leader,
+    Follower,
+    Candidate,
+    PreCandidate,
+}
+
+impl Role {
+    pub fn of(state: raft::StateRole) -> Role {
+        match state {
+            raft::StateRole::Leader => Role::Leader,
+            raft::StateRole::Follower => Role::Follower,
+            raft::StateRole::Candidate => Role::Candidate,
+            raft::StateRole::PreCandidate => Role::PreCandidate,
+        }
+    }
+
+    /// The name on the wire (`StoreStatusResponse.role`) and in seqctl.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Leader => "leader",
+            Role::Follower => "follower",
+            Role::Candidate => "candidate",
+            Role::PreCandidate => "pre_candidate",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeStatus {
+    pub role: Role,
+    pub term: u64,
+    pub leader_id: u64,
+    pub commit_index: u64,
+    pub applied_index: u64,
+    pub first_index: u64,
+    pub last_index: u64,
+    pub snapshot_index: u64,
+    pub voters: Vec<u64>,
+    pub learners: Vec<u64>,
+    pub n_sections_advanced: u64,
+    pub leader_addr: String,
+    pub members: Vec<MemberView>,
+    pub vote_blocked: bool,
+    pub lease: LeaseConfig,
+}
+
+/// One member as the replicated membership (and, on the leader, its progress) says.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MemberView {
+    pub id: u64,
+    pub addr: String,
+    pub learner: bool,
+    pub match_index: u64,
+    pub lag: u64,
+}
+
+/// A membership change (one at a time; see `Driver::propose_membership`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MembershipChange {
+    AddLearner { id: NodeId, addr: String },
+    Promote { id: NodeId },
+    Remove { id: NodeId },
+}
+
+/// The membership once a change applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MembershipDone {
+    pub members: Vec<MemberView>,
+    pub applied_index: u64,
+}
+
+pub(crate) type Reply<T> = oneshot::Sender<Result<T, RequestError>>;
+
+pub enum Input {
+    Advance {
+        alloc: Option<AllocId>,
+        sections: Vec<SectionAdvance>,
+        reply: Reply<Advanced>,
+    },
+    Register {
+        addr: String,
+        reply: Reply<AllocId>,
+    },
+    Heartbeat {
+        alloc: AllocId,
+        route_version: RouteVersion,
+        reply: Reply<Grant>,
+    },
+    Load {
+        range: SectionRange,
+        reply: Reply<ReadDone>,
+    },
+    Route {
+        reply: Reply<RouteView>,
+    },
+    Leases {
+        reply: Reply<LeasesView>,
+    },
+    Move {
+        range: SectionRange,
+        to: AllocId,
+        reply: Reply<LeaseEpoch>,
+    },
+    Drain {
+        alloc: AllocId,
+        drain: bool,
+        reply: Reply<()>,
+    },
+    /// Shutting down: if leader, hand leadership to the most up-to-date voter that may lead.
+    /// Answers the target, or None (not leader, or nobody to hand it to).
+    StepDown {
+        reply: Reply<Option<NodeId>>,
+    },
+    /// The AllocSvr stopped serving for good (see `Command::ReleaseAlloc`).
+    Release {
+        alloc: AllocId,
+        reply: Reply<()>,
+    },
+    Read {
+        sections: Vec<SectionId>,
+        reply: Reply<ReadDone>,
+    },
+    Status {
+        reply: oneshot::Sender<NodeStatus>,
+    },
+    LocalRead {
+        sections: Vec<SectionId>,
+        reply: oneshot::Sender<ReadDone>,
+    },
+    TransferLeader {
+        target: NodeId,
+        reply: Reply<()>,
+    },
+    Membership {
+        change: MembershipChange,
+        reply: Reply<MembershipDone>,
+    },
+    SetLease {
+        lease: LeaseConfig,
+        reply: Reply<LeaseConfig>,
+    },
+    /// Messages from a peer; `from_addr` is where it says it can be reached, `vote_blocked`
+    /// whether it may vote.
+    Raft {
+        from_addr: String,
+        vote_blocked: bool,
+        messages: Vec<Message>,
+    },
+    Peer(PeerReport),
+}
+
+/// The gRPC side's handle on the driver.
+#[derive(Clone)]
+pub struct DriverHandle {
+    tx: mpsc::Sender<Input>,
+}
+
+impl DriverHandle {
+    async fn call<T>(
+        &self,
+        wait: Duration,
+        make: impl FnOnce(Reply<T>) -> Input,
+    ) -> Result<T, RequestError> {
+        let (reply, rx) = oneshot::channel();
+        let call = async {
+            self.tx.send(make(reply)).await.map_err(|_| RequestError::Stopped)?;
+            rx.await.map_err(|_| RequestError::Stopped)?
+        };
+        match tokio::time::timeout(wait, call).await {
+            Ok(result) => result,
+            Err(_) => Err(RequestError::Timeout { waited: wait }),
+        }
+    }
+
+    pub async fn advance(
+        &self,
+        alloc: Option<AllocId>,
+        sections: Vec<SectionAdvance>,
+        wait: Duration,
+    ) -> Result<Advanced, RequestError> {
+        self.call(wait, |reply| Input::Advance { alloc, sections, reply }).await
+    }
+
+    pub async fn register(&self, addr: String, wait: Duration) -> Result<AllocId, RequestError> {
+        self.call(wait, |reply| Input::Register { addr, reply }).await
+    }
+
+    pub async fn heartbeat(
+        &self,
+        alloc: AllocId,
+        route_version: RouteVersion,
+        wait: Duration,
+    ) -> Result<Grant, RequestError> {
+        self.call(wait, |reply| Input::Heartbeat { alloc, route_version, reply }).await
+    }
+
+    pub async fn load(
+        &self,
+        range: SectionRange,
+        wait: Duration,
+    ) -> Result<ReadDone, RequestError> {
+        self.call(wait, |reply| Input::Load { range, reply }).await
+    }
+
+    pub async fn route(&self, wait: Duration) -> Result<RouteView, RequestError> {
+        self.call(wait, |reply| Input::Route { reply }).await
+    }
+
+    pub async fn leases(&self, wait: Duration) -> Result<LeasesView, RequestError> {
+        self.call(wait, |reply| Input::Leases { reply }).await
+    }
+
+    pub async fn move_sections(
+        &self,
+        range: SectionRange,
+        to: AllocId,
+        wait: Duration,
+    ) -> Result<LeaseEpoch, RequestError> {
+        self.call(wait, |reply| Input::Move { range, to, reply }).await
+    }
+
+    pub async fn drain(
+        &self,
+        alloc: AllocId,
+        drain: bool,
+        wait: Duration,
+    ) -> Result<(), RequestError> {
+        self.call(wait, |reply| Input::Drain { alloc, drain, reply }).await
+    }
+
+    /// See [`Input::StepDown`].
+    pub async fn step_down(&self, wait: Duration) -> Result<Option<NodeId>, RequestError> {
+        self.call(wait, |reply| Input::StepDown { reply }).await
+    }
+
+    pub async fn release(&self, alloc: AllocId, wait: Duration) -> Result<(), RequestError> {
+        self.call(wait, |reply| Input::Release { alloc, reply }).await
+    }
+
+    pub async fn read(
+        &self,
+        sections: Vec<SectionId>,
+        wait: Duration,
+    ) -> Result<ReadDone, RequestError> {
+        self.call(wait, |reply| Input::Read { sections, reply }).await
+    }
+
+    pub async fn transfer_leader(
+        &self,
+        target: NodeId,
+        wait: Duration,
+    ) -> Result<(), RequestError> {
+        self.call(wait, |reply| Input::TransferLeader { target, reply }).await
+    }
+
+    pub async fn membership(
+        &self,
+        change: MembershipChange,
+        wait: Duration,
+    ) -> Result<MembershipDone, RequestError> {
+        self.call(wait, |reply| Input::Membership { change, reply }).await
+    }
+
+    pub async fn set_lease(
+        &self,
+        lease: LeaseConfig,
+        wait: Duration,
+    ) -> Result<LeaseConfig, RequestError> {
+        self.call(wait, |reply| Input::SetLease { lease, reply }).await
+    }
+
+    pub async fn status(&self) -> Result<NodeStatus, RequestError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Input::Status { reply }).await.map_err(|_| RequestError::Stopped)?;
+        rx.await.map_err(|_| RequestError::Stopped)
+    }
+
+    pub async fn local_read(&self, sections: Vec<SectionId>) -> Result<ReadDone, RequestError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Input::LocalRead { sections, reply })
+            .await
+            .map_err(|_| RequestError::Stopped)?;
+        rx.await.map_err(|_| RequestError::Stopped)
+    }
+
+    pub async fn step(
+        &self,
+        from_addr: String,
+        vote_blocked: bool,
+        messages: Vec<Message>,
+    ) -> Result<(), RequestError> {
+        let input = Input::Raft { from_addr, vote_blocked, messages };
+        self.tx.send(input).await.map_err(|_| RequestError::Stopped)
+    }
+}
+
+/// What health reports for this member (see `Driver::serving`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Serving {
+    pub serving: bool,
+    pub reason: &'static str,
+}
+
+/// Creates the channel the driver reads; the sender half goes to the transport and handlers.
+pub fn channel() -> (DriverHandle, mpsc::Sender<Input>, mpsc::Receiver<Input>) {
+    let (tx, rx) = mpsc::channel(DRIVER_QUEUE_MAX);
+    (DriverHandle { tx: tx.clone() }, tx, rx)
+}
+
+/// Where the transport's reports go: into the driver's queue as [`Input::Peer`]. Never blocks:
+/// with the queue full the report is dropped, as raft tolerates (the next send reports again).
+pub fn peer_reports(driver: mpsc::Sender<Input>) -> ReportFn {
+    Arc::new(move |report| {
+        let _ = driver.try_send(Input::Peer(report));
+    })
+}

@@ -1,0 +1,196 @@
+//! The arbiter of the current leader term (`seqsvr-core::arbiter`): its planning rounds, the
+//! grants that answer heartbeats, lease changes, the leases view, and what it learns at apply.
+
+use super::api::{AllocLeaseView, Grant, LeasesView, Reply, RequestError, RouteView};
+use super::replies::ProposalReply;
+use super::{Driver, PENDING_PROPOSALS_MAX};
+use crate::leader_state::SlotChange;
+use raft::StateRole;
+use seqsvr_core::arbiter::{grant_for, Arbiter, LeaseChangeError, LeaseConfig};
+use seqsvr_core::ids::{AllocId, RouteVersion};
+use seqsvr_core::store::{Applied, Command, Rejected};
+
+impl Driver {
+    fn now_ms(&self) -> u64 {
+        self.clock.elapsed().as_millis() as u64
+    }
+
+    /// A lease change (seqctl store set-lease): the arbiter decides whether one may be made now.
+    pub(super) fn set_lease(&mut self, lease: LeaseConfig, reply: Reply<LeaseConfig>) {
+        let now = self.now_ms();
+        let term = self.node.raft.term;
+        if let Err(e) = self.check_can_serve(self.proposals.len(), PENDING_PROPOSALS_MAX) {
+            let _ = reply.send(Err(e));
+            return;
+        }
+        if self.current_arbiter().is_none() {
+            let _ = reply.send(Err(RequestError::NotLeader { leader: self.leader_hint() }));
+            return;
+        }
+        let control = self.node.store().state().control();
+        let Some(arbiter) = self.arbiter.get_mut_of_term(term) else { return };
+        match arbiter.lease_change(now, control, lease) {
+            Ok(command) => {
+                tracing::info!(?lease, "lease change proposed");
+                self.propose(command, ProposalReply::Lease(reply));
+            }
+            Err(LeaseChangeError::Invalid(e)) => {
+                let _ = reply.send(Err(RequestError::Invalid(e.to_string())));
+            }
+            Err(e @ LeaseChangeError::NotBootstrapped) => {
+                let _ = reply.send(Err(RequestError::Dropped(e.to_string())));
+            }
+            Err(e @ LeaseChangeError::TooSoon { .. }) => {
+                let _ = reply.send(Err(RequestError::Precondition(e.to_string())));
+            }
+        }
+    }
+
+    /// The arbiter of the current term while leader (a new one whenever the term changed, even
+    /// if this member led the term before: it does not know what the leader in between granted).
+    fn current_arbiter(&mut self) -> Option<&mut Arbiter> {
+        if self.node.raft.state != StateRole::Leader {
+            if self.arbiter.clear() {
+                tracing::info!("lost leadership: arbiter stopped");
+            }
+            return None;
+        }
+        let now = self.now_ms();
+        let lease = self.config.lease;
+        let term = self.node.raft.term;
+        let control = self.node.store().state().control();
+        let wait_ms = control.longest_hold_ms().unwrap_or(lease.hold_ms());
+        let (arbiter, change) = self.arbiter.get(term, || Arbiter::new(now, lease));
+        match change {
+            SlotChange::Kept => {}
+            SlotChange::Started => tracing::info!(
+                term,
+                wait_ms,
+                "became leader: arbiter starts; no section moves for one lease"
+            ),
+            SlotChange::Replaced { old_term } => {
+                tracing::info!(
+                term, old_term, wait_ms,
+                "leader again in a new term: new arbiter (the leader in between may have granted \
+                 leases); no section moves for one lease"
+            )
+            }
+        }
+        Some(arbiter)
+    }
+
+    /// Leader only, every tick: one planning round at a time (of this term: rounds proposed in
+    /// an earlier term never hold up this one).
+    pub(super) fn arbitrate(&mut self) {
+        if self.current_arbiter().is_none() {
+            return;
+        }
+        let now = self.now_ms();
+        let term = self.node.raft.term;
+        if self.proposals.arbiter_in_flight(term) > 0 {
+            return;
+        }
+        let control = self.node.store().state().control();
+        let Some(arbiter) = self.arbiter.get_mut_of_term(term) else { return };
+        let commands = arbiter.plan(now, control, self.config.sections);
+        for command in commands {
+            tracing::info!(?command, "arbiter proposes");
+            self.propose(command, ProposalReply::Arbiter);
+        }
+    }
+
+    /// Answers a heartbeat: leadership was confirmed by ReadIndex after it arrived.
+    pub(super) fn grant(
+        &mut self,
+        alloc: AllocId,
+        route_version: RouteVersion,
+    ) -> Result<Grant, RequestError> {
+        let now = self.now_ms();
+        if self.current_arbiter().is_none() {
+            return Err(RequestError::NotLeader { leader: self.leader_hint() });
+        }
+        let term = self.node.raft.term;
+        let control = self.node.store().state().control();
+        let Some(arbiter) = self.arbiter.get_mut_of_term(term) else {
+            return Err(RequestError::NotLeader { leader: self.leader_hint() });
+        };
+        if !control.allocs.contains_key(&alloc) {
+            return Err(RequestError::UnknownAlloc(alloc));
+        }
+        let Some(lease) = control.lease else {
+            return Err(RequestError::Dropped(
+                "this set's lease timing is not committed yet (a new leader is committing it)"
+                    .into(),
+            ));
+        };
+        if !arbiter.may_grant(control, alloc) {
+            return Err(RequestError::AllocExpired(alloc));
+        }
+        arbiter.on_granted(alloc, now);
+        let route = (route_version < control.route_version).then(|| RouteView {
+            version: control.route_version,
+            entries: control.route_entries(),
+        });
+        Ok(Grant { runs: grant_for(control, alloc), lease, route })
+    }
+
+    pub(super) fn leases(&self) -> Result<LeasesView, RequestError> {
+        let leader = self.node.raft.state == StateRole::Leader;
+        let Some(arbiter) = self.arbiter.of_term(self.node.raft.term).filter(|_| leader) else {
+            return Err(RequestError::NotLeader { leader: self.leader_hint() });
+        };
+        let now = self.now_ms();
+        let control = self.node.store().state().control();
+        let load = control.assignment.load();
+        let lease = control.lease.unwrap_or(self.config.lease);
+        let allocs = control
+            .allocs
+            .iter()
+            .map(|(&id, r)| {
+                let last = arbiter.last_grant_ms(id);
+                AllocLeaseView {
+                    alloc: id,
+                    addr: r.addr.clone(),
+                    draining: r.draining,
+                    replaced: r.replaced,
+                    released: r.released,
+                    expired: arbiter.is_expired(id),
+                    ms_since_grant: last.map(|t| now.saturating_sub(t)),
+                    lease_left_ms: last.map_or(0, |t| (t + lease.lease_ms).saturating_sub(now)),
+                    n_sections: load.get(&id).copied().unwrap_or(0),
+                }
+            })
+            .collect();
+        Ok(LeasesView {
+            lease,
+            allocs,
+            runs: control.assignment.runs().collect(),
+            route_version: control.route_version,
+        })
+    }
+
+    /// The leader's arbiter learns what applied: fences start at apply time.
+    pub(super) fn tell_arbiter(&mut self, command: &Command, result: &Result<Applied, Rejected>) {
+        let now = self.now_ms();
+        let term = self.node.raft.term;
+        let Some(arbiter) = self.arbiter.get_mut_of_term(term) else { return };
+        match (command, result) {
+            (Command::Assign { settled, moves }, Ok(Applied::Assigned { lease_epoch })) => {
+                tracing::info!(lease_epoch = lease_epoch.0, settled, ?moves, "sections assigned");
+                arbiter.on_assigned(*lease_epoch, *settled, now);
+            }
+            (Command::SetLease { lease, .. }, Ok(Applied::LeaseChanged { lease_changes })) => {
+                tracing::info!(?lease, lease_changes, "lease timing changed (replicated)");
+                arbiter.on_lease_changed(now);
+            }
+            (Command::RemoveAlloc { alloc }, Ok(_)) => {
+                tracing::info!(%alloc, "alloc registration removed");
+                arbiter.forget(*alloc);
+            }
+            (Command::RegisterAlloc { addr }, Ok(Applied::Registered(id))) => {
+                tracing::info!(alloc = %id, %addr, "alloc registered");
+            }
+            _ => {}
+        }
+    }
+}

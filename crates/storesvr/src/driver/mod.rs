@@ -1,0 +1,347 @@
+//! The Raft driver: the one owner of the `RawNode`. Only this module touches raft-rs's node.
+//!
+//! It runs on a thread of its own (RocksDB fsyncs block), fed by a bounded channel of [`Input`]s:
+//! requests from gRPC handlers (each with a oneshot for the answer), messages from peers, and
+//! transport reports. Each turn of the loop handles what arrived, ticks on schedule, and then
+//! processes the Ready in the order raft-rs prescribes:
+//!
+//! 1. send the leader's messages (they may go out before the leader's own append is durable);
+//! 2. note read states (ReadIndex answers);
+//! 3. persist snapshot + entries + hard state in ONE synced `WriteBatch`;
+//! 4. apply committed entries (all persisted by earlier Readies) and answer their proposers;
+//! 5. send persisted messages (votes, append responses): only now may others rely on them;
+//! 6. `advance`, then the light Ready: its messages, its committed entries, `advance_apply`;
+//! 7. answer reads whose index is applied; compact the log when it grew past the threshold.
+//!
+//! On the leader the driver also runs the arbiter (`seqsvr-core::arbiter`): each tick it asks
+//! for a plan and proposes it (one round in flight at a time), answers AllocSvr heartbeats with
+//! grants after a ReadIndex confirms leadership, and tells the arbiter what applied.
+//!
+//! # Layout
+//! - this file: the [`Driver`], its loop ([`Driver::run`]), the dispatch of each [`Input`], and
+//!   proposing / reading through Raft;
+//! - `api`: the configuration, requests, answers and admin views (re-exported here);
+//! - `replies`: who waits for each pending proposal and read;
+//! - `inbound`: Raft messages from peers, and the ones this member must not act on;
+//! - `ready`: the Ready steps 1–7 above: persist, apply, answer, compact;
+//! - `membership`: membership changes, peer addresses, leadership hand-off;
+//! - `leases`: the arbiter of the current term (plans, grants, lease changes);
+//! - `health`: quorum in sight, health, metrics and status.
+//!
+//! The driver reaches its peers through an [`Outbox`] (the gRPC [`crate::transport::Transport`],
+//! or the in-memory network of `harness` in tests).
+
+mod api;
+mod health;
+mod inbound;
+mod leases;
+mod membership;
+mod ready;
+mod replies;
+
+#[cfg(test)]
+mod harness;
+#[cfg(test)]
+mod tests;
+
+pub use api::{
+    channel, peer_reports, Advanced, AllocLeaseView, DriverConfig, DriverHandle, Grant, Input,
+    LeasesView, MemberView, MembershipChange, MembershipDone, NodeStatus, ReadDone, RequestError,
+    Role, RouteView, Serving, DRIVER_QUEUE_MAX,
+};
+pub use membership::PROMOTE_LAG_MAX;
+
+use crate::leader_state::{Pending, Proposals, TermSlot};
+use crate::outbox::{Outbox, PeerReport};
+use crate::storage::{NodeStorage, StorageFault};
+use raft::{RawNode, SnapshotStatus, StateRole};
+use replies::{PendingRead, ProposalReply, ReadKind};
+use seqsvr_core::arbiter::Arbiter;
+use seqsvr_core::store::Command;
+use seqsvr_server::BootInstant;
+use std::collections::HashMap;
+use std::time::Instant;
+use tokio::sync::{mpsc, watch};
+
+/// Proposals awaiting apply at most; past it, callers get UNAVAILABLE (overloaded).
+const PENDING_PROPOSALS_MAX: usize = 16_384;
+/// Reads awaiting their ReadIndex at most.
+const PENDING_READS_MAX: usize = 16_384;
+/// Inputs handled per loop turn before processing the Ready (batching without starving ticks).
+const INPUTS_PER_TURN_MAX: usize = 512;
+
+pub struct Driver {
+    node: RawNode<NodeStorage>,
+    config: DriverConfig,
+    /// Where Raft messages go: the gRPC transport, or an in-memory network in tests.
+    outbox: Box<dyn Outbox>,
+    /// Proposals by log index. Invariant: every key is > the applied index.
+    proposals: Proposals<ProposalReply>,
+    reads: HashMap<u64, PendingRead>,
+    next_read_id: u64,
+    /// When each peer was last heard from: the leader proposes only with a quorum in sight.
+    last_heard: HashMap<u64, Instant>,
+    /// Peers whose last batch said they are vote-blocked: no leadership for them, and they do
+    /// not count toward the voters a removal must leave.
+    blocked_peers: std::collections::HashSet<u64>,
+    was_leader: bool,
+    /// Present while this member is leader, for exactly one term (see `leader_state.rs`).
+    arbiter: TermSlot<Arbiter>,
+    /// Origin of the milliseconds handed to the arbiter: CLOCK_BOOTTIME, which keeps counting
+    /// while the host is suspended (CLOCK_MONOTONIC, `Instant`, stops; a leader host suspended
+    /// past a lease would wake up believing its grants and fences were younger than they are).
+    clock: BootInstant,
+    /// The term in which a blocked vote was last logged (one line per term, not per message).
+    vote_block_logged_term: u64,
+    metrics: crate::metrics::StoreMetrics,
+    /// The leader id published last (a change counts in `leader_changes` and is logged).
+    published_leader: u64,
+    /// Whether this member knows a leader with a quorum in sight, and why not: what the
+    /// StoreSvr's gRPC health reports.
+    serving: watch::Sender<Serving>,
+}
+
+impl Driver {
+    pub fn new(
+        storage: NodeStorage,
+        config: DriverConfig,
+        outbox: impl Outbox + 'static,
+    ) -> anyhow::Result<Driver> {
+        let raft_config = raft::Config {
+            id: config.node_id.0,
+            election_tick: config.election_ticks,
+            heartbeat_tick: config.heartbeat_ticks,
+            applied: storage.applied_index(),
+            max_size_per_msg: 1024 * 1024,
+            max_inflight_msgs: 256,
+            check_quorum: true,
+            pre_vote: true,
+            ..Default::default()
+        };
+        raft_config.validate()?;
+        let node = RawNode::new(&raft_config, storage, &crate::raft_log::logger())?;
+        Ok(Driver {
+            node,
+            config,
+            outbox: Box::new(outbox),
+            proposals: Proposals::default(),
+            reads: HashMap::new(),
+            next_read_id: 1,
+            last_heard: HashMap::new(),
+            blocked_peers: Default::default(),
+            was_leader: false,
+            arbiter: TermSlot::default(),
+            clock: BootInstant::now(),
+            vote_block_logged_term: 0,
+            metrics: crate::metrics::StoreMetrics::new(),
+            published_leader: raft::INVALID_ID,
+            serving: watch::channel(Serving { serving: false, reason: "starting" }).0,
+        })
+        .map(|mut driver| {
+            driver.sync_peers();
+            driver.outbox.set_vote_blocked(driver.node.store().vote_blocked());
+            if driver.node.store().vote_blocked() {
+                tracing::warn!(
+                    "this member started from an empty data dir of an existing set: it will not \
+                     vote or campaign until a membership change applied from the log makes it a \
+                     voter (seqctl store add-learner, then promote; a member that is still a \
+                     voter must be removed first)"
+                );
+            }
+            driver
+        })
+    }
+
+    /// Follows whether this member knows a leader with a quorum in sight (updated every tick).
+    pub fn serving(&self) -> watch::Receiver<Serving> {
+        self.serving.subscribe()
+    }
+
+    /// Runs until `shutdown` flips or every sender is gone. An `Err` is a storage fault: the
+    /// process must stop, because acknowledging anything after a failed write could break I2.
+    pub async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<Input>,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Result<(), StorageFault> {
+        let mut ticker = tokio::time::interval(self.config.tick);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                _ = shutdown.changed() => break,
+                _ = ticker.tick() => self.on_tick(),
+                input = rx.recv() => {
+                    let Some(input) = input else { break };
+                    self.handle(input);
+                    for _ in 1..INPUTS_PER_TURN_MAX {
+                        match rx.try_recv() {
+                            Ok(input) => self.handle(input),
+                            Err(_) => break,
+                        }
+                    }
+                }
+            }
+            self.on_ready()?;
+        }
+        self.fail_all(RequestError::Stopped);
+        Ok(())
+    }
+
+    /// One tick of the loop's clock: Raft's logical clock, the arbiter's round, the gauges and
+    /// health. (Tests call it directly, as they call `handle` and `on_ready`.)
+    pub(crate) fn on_tick(&mut self) {
+        // A vote-blocked member never campaigns: a follower's tick only counts
+        // toward an election.
+        if !self.node.store().vote_blocked() || self.node.raft.state == StateRole::Leader {
+            self.node.tick();
+        }
+        self.arbitrate();
+        self.publish();
+    }
+
+    /// Handles one input: answers it, or starts what will answer it (a proposal, a read).
+    pub(crate) fn handle(&mut self, input: Input) {
+        match input {
+            Input::Raft { from_addr, vote_blocked, messages } => {
+                self.step_messages(&from_addr, vote_blocked, messages)
+            }
+            Input::Membership { change, reply } => self.propose_membership(change, reply),
+            Input::SetLease { lease, reply } => self.set_lease(lease, reply),
+            Input::Peer(PeerReport::Unreachable(to)) => self.node.report_unreachable(to.0),
+            Input::Peer(PeerReport::Snapshot { to, delivered }) => {
+                let status = if delivered {
+                    self.metrics.snapshots_sent.increment(1);
+                    SnapshotStatus::Finish
+                } else {
+                    SnapshotStatus::Failure
+                };
+                self.node.report_snapshot(to.0, status);
+            }
+            Input::Advance { alloc, sections, reply } => {
+                let command = Command::AdvanceMaxSeq { alloc, sections };
+                self.propose(command, ProposalReply::Advance(reply));
+            }
+            Input::Register { addr, reply } => {
+                self.propose(Command::RegisterAlloc { addr }, ProposalReply::Register(reply));
+            }
+            Input::Move { range, to, reply } => {
+                let control = self.node.store().state().control();
+                let eligible = control.allocs.get(&to).is_some_and(|r| !r.replaced && !r.draining);
+                if !self.config.sections.contains(range.begin())
+                    || range.end() > self.config.sections.end()
+                    || range.is_empty()
+                {
+                    let _ = reply.send(Err(RequestError::Invalid(format!(
+                        "sections [{}, {}) are not a non-empty part of this set's [{}, {})",
+                        range.begin(),
+                        range.end(),
+                        self.config.sections.begin(),
+                        self.config.sections.end()
+                    ))));
+                } else if !eligible {
+                    let _ = reply.send(Err(RequestError::Invalid(format!(
+                        "alloc {to} is not a registered, non-draining AllocSvr of this set"
+                    ))));
+                } else {
+                    // Fenced: the old owner may serve until its lease must have run out.
+                    let command = Command::Assign { moves: vec![(range, to)], settled: false };
+                    self.propose(command, ProposalReply::Move(reply));
+                }
+            }
+            Input::Drain { alloc, drain, reply } => {
+                let command = Command::SetDraining { alloc, draining: drain };
+                self.propose(command, ProposalReply::Done(reply));
+            }
+            Input::StepDown { reply } => {
+                let _ = reply.send(Ok(self.step_down()));
+            }
+            Input::Release { alloc, reply } => {
+                tracing::info!(alloc = %alloc, "AllocSvr hands its sections back (graceful shutdown)");
+                self.propose(Command::ReleaseAlloc { alloc }, ProposalReply::Done(reply));
+            }
+            Input::Read { sections, reply } => self.read(ReadKind::MaxSeq { sections, reply }),
+            Input::Load { range, reply } => self.read(ReadKind::Load { range, reply }),
+            Input::Heartbeat { alloc, route_version, reply } => {
+                self.read(ReadKind::Heartbeat { alloc, route_version, reply })
+            }
+            Input::Route { reply } => self.read(ReadKind::Route { reply }),
+            Input::Leases { reply } => {
+                let _ = reply.send(self.leases());
+            }
+            Input::Status { reply } => {
+                let _ = reply.send(self.status());
+            }
+            Input::LocalRead { sections, reply } => {
+                let store = self.node.store();
+                let values = sections.iter().map(|&s| (s, store.state().max_seq(s))).collect();
+                let _ =
+                    reply.send(ReadDone { sections: values, read_index: store.applied_index() });
+            }
+            Input::TransferLeader { target, reply } => {
+                let _ = reply.send(self.transfer_leader(target));
+            }
+        }
+    }
+
+    fn propose(&mut self, command: Command, reply: ProposalReply) {
+        if let Err(e) = self.check_can_serve(self.proposals.len(), PENDING_PROPOSALS_MAX) {
+            reply.answer(0, Err(e));
+            return;
+        }
+        let before = self.node.raft.raft_log.last_index();
+        if let Err(e) = self.node.propose(vec![], command.encode()) {
+            reply.answer(0, Err(RequestError::Dropped(e.to_string())));
+            return;
+        }
+        self.track(before, reply);
+    }
+
+    /// Records a proposal raft-rs just appended (or answers it if raft did not append it).
+    fn track(&mut self, before: u64, reply: ProposalReply) {
+        let index = self.node.raft.raft_log.last_index();
+        if index != before + 1 {
+            let why = "raft did not append it (leader transfer?)".to_string();
+            reply.answer(0, Err(RequestError::Dropped(why)));
+            return;
+        }
+        let arbiter = matches!(reply, ProposalReply::Arbiter);
+        let pending =
+            Pending { term: self.node.raft.term, arbiter, proposed_at: Instant::now(), reply };
+        if let Some(displaced) = self.proposals.insert(index, pending) {
+            // Ours from an earlier term, overwritten: it will never apply.
+            self.metrics.proposals_failed.increment(1);
+            displaced.reply.answer(index, Err(RequestError::Superseded));
+        }
+    }
+
+    fn read(&mut self, kind: ReadKind) {
+        if let Err(e) = self.check_can_serve(self.reads.len(), PENDING_READS_MAX) {
+            kind.fail(e);
+            return;
+        }
+        let kind = match kind {
+            ReadKind::Heartbeat { alloc, route_version, reply }
+                if seqsvr_core::teeth::NO_READINDEX_BEFORE_GRANT =>
+            {
+                let _ = reply.send(self.grant(alloc, route_version));
+                return;
+            }
+            kind => kind,
+        };
+        let id = self.next_read_id;
+        self.next_read_id += 1;
+        self.node.read_index(id.to_be_bytes().to_vec());
+        self.reads.insert(id, PendingRead { kind, read_index: None });
+    }
+
+    fn fail_all(&mut self, error: RequestError) {
+        for (index, p) in self.proposals.drain_all() {
+            self.metrics.proposals_failed.increment(1);
+            p.reply.answer(index, Err(error.clone()));
+        }
+        for (_, r) in self.reads.drain() {
+            r.kind.fail(error.clone());
+        }
+    }
+}

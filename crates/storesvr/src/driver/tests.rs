@@ -1,0 +1,324 @@
+//! The driver's behaviour over the in-memory network of `harness.rs`: when proposals and reads
+//! are answered, what a deposed leader tells the callers it left waiting, leadership hand-off,
+//! and catch-up by snapshot. Each test names the guard it would catch missing.
+
+use super::harness::Network;
+use super::{Advanced, Input, ReadDone, RequestError};
+use raft::StateRole;
+use seqsvr_core::ids::{AllocId, LeaseEpoch, NodeId, SectionId, Seq};
+use seqsvr_core::store::SectionAdvance;
+use std::fmt::Debug;
+use tokio::sync::oneshot::{self, error::TryRecvError};
+
+type Answer<T> = oneshot::Receiver<Result<T, RequestError>>;
+
+/// An operator raise of one section (unfenced, as `seqctl store advance`).
+fn advance(section: u64, max_seq: u64) -> (Input, Answer<Advanced>) {
+    let (reply, rx) = oneshot::channel();
+    let sections = vec![SectionAdvance {
+        section: SectionId(section),
+        max_seq: Seq(max_seq),
+        lease_epoch: LeaseEpoch(0),
+    }];
+    (Input::Advance { alloc: None, sections, reply }, rx)
+}
+
+fn register(addr: &str) -> (Input, Answer<AllocId>) {
+    let (reply, rx) = oneshot::channel();
+    (Input::Register { addr: addr.to_string(), reply }, rx)
+}
+
+fn read(section: u64) -> (Input, Answer<ReadDone>) {
+    let (reply, rx) = oneshot::channel();
+    (Input::Read { sections: vec![SectionId(section)], reply }, rx)
+}
+
+fn waiting<T>(rx: &mut oneshot::Receiver<T>) -> bool {
+    matches!(rx.try_recv(), Err(TryRecvError::Empty))
+}
+
+fn answer<T: Debug>(rx: &mut oneshot::Receiver<T>) -> T {
+    rx.try_recv().expect("answered")
+}
+
+/// Every member has applied the same index and holds the same state.
+fn assert_agree(net: &Network) {
+    let ids = net.ids();
+    let first = net.store(ids[0]);
+    for &id in &ids[1..] {
+        let other = net.store(id);
+        assert_eq!(other.applied_index(), first.applied_index(), "member {id}'s applied index");
+        assert_eq!(other.state(), first.state(), "member {id}'s state");
+    }
+}
+
+/// Fails if the driver answered a proposal before it applied (at propose, or once persisted on
+/// the leader or acknowledged by fewer than a quorum), or a read before its ReadIndex was
+/// confirmed by a quorum.
+#[test]
+fn a_proposal_is_answered_once_a_quorum_committed_it_and_every_member_applies_it() {
+    let mut net = Network::new(3);
+    net.elect(1);
+
+    let (input, mut rx) = advance(7, 10_000);
+    net.driver(1).handle(input);
+    assert!(waiting(&mut rx), "answered at propose");
+    net.ready(1); // appended and synced on the leader; appends queued for the followers
+    let index = net.raft(1).raft_log.last_index();
+    assert!(net.raft(1).raft_log.committed < index);
+    assert!(waiting(&mut rx), "answered once persisted on the leader alone");
+
+    net.deliver_once(); // the followers persist it; their acknowledgements are queued
+    for id in [2, 3] {
+        assert_eq!(net.raft(id).raft_log.last_index(), index, "member {id} holds it");
+        assert!(net.store(id).applied_index() < index, "member {id} applied it uncommitted");
+    }
+    assert!(net.raft(1).raft_log.committed < index);
+    assert!(waiting(&mut rx), "answered before a quorum acknowledged it");
+
+    net.deliver_once(); // the acknowledgements reach the leader: committed, applied, answered
+    let done = answer(&mut rx).expect("applied");
+    assert_eq!(done, Advanced { sections: vec![(SectionId(7), 10_000)], applied_index: index });
+    assert!(net.store(1).applied_index() >= index);
+
+    net.settle();
+    for id in net.ids() {
+        assert!(net.store(id).applied_index() >= index, "member {id} applied it");
+        assert_eq!(net.store(id).state().max_seq(SectionId(7)), 10_000, "member {id}");
+    }
+    assert_agree(&net);
+
+    // A read waits for a quorum to confirm the leadership (ReadIndex), then sees the advance.
+    let (input, mut rx) = read(7);
+    net.send(1, input);
+    assert!(waiting(&mut rx), "read answered before a quorum confirmed the leadership");
+    net.settle();
+    let done = answer(&mut rx).expect("read");
+    assert_eq!(done.sections, vec![(SectionId(7), 10_000)]);
+    assert!(done.read_index >= index);
+}
+
+/// Proposals left on a leader that was cut off before anyone saw them: the new leader's entries
+/// take their indexes. Once healed, the old leader steps down, agrees with the new one, and
+/// answers them with errors, never Ok with what applied at their index. Fails without the term
+/// check of `Proposals::take_applied` (B would be told Ok with the alloc id registered for C),
+/// or without `drain_applied` after apply (A, whose index holds the new leader's empty entry,
+/// would wait forever).
+#[test]
+fn proposals_a_new_leader_overwrote_are_answered_with_errors_after_the_heal() {
+    let mut net = Network::new(3);
+    net.elect(1);
+    let committed = net.raft(1).raft_log.committed;
+    assert_eq!(net.raft(1).raft_log.last_index(), committed);
+
+    net.isolate(1);
+    let (input, mut a) = register("alloc-a:1");
+    net.send(1, input);
+    let (input, mut b) = register("alloc-b:1");
+    net.send(1, input);
+    let index_b = net.raft(1).raft_log.last_index();
+    assert_eq!(index_b, committed + 2);
+
+    // 2 and 3 elect a new leader; 1, hearing from nobody, steps down (check_quorum).
+    let elected = net.tick_until(&[1, 2, 3], 200, |net| {
+        net.leader_among(&[2, 3]).is_some() && net.role(1) != StateRole::Leader
+    });
+    assert!(elected, "no new leader, or the old one did not step down");
+    let new = net.leader_among(&[2, 3]).expect("a new leader");
+    assert!(waiting(&mut a) && waiting(&mut b), "stepping down answered pending proposals");
+
+    // Its empty entry lands at A's index, its own registration at B's.
+    let (input, mut c) = register("alloc-c:1");
+    net.send(new, input);
+    assert_eq!(net.raft(new).raft_log.last_index(), index_b);
+    net.settle();
+    let id_c = answer(&mut c).expect("registered by the new leader");
+
+    net.heal();
+    let caught_up = net.tick_until(&[new], 50, |net| net.store(1).applied_index() >= index_b);
+    assert!(caught_up, "the old leader did not catch up");
+    assert_eq!(answer(&mut b), Err(RequestError::Superseded));
+    assert!(answer(&mut a).is_err(), "A was answered Ok");
+    assert_eq!(net.role(1), StateRole::Follower);
+    assert_eq!(net.raft(1).leader_id, new);
+
+    net.settle();
+    assert_agree(&net);
+    let allocs = &net.store(1).state().control().allocs;
+    let addrs: Vec<(AllocId, &str)> = allocs.iter().map(|(id, r)| (*id, r.addr.as_str())).collect();
+    assert_eq!(addrs, vec![(id_c, "alloc-c:1")], "only the new leader's registration applied");
+}
+
+/// The other side: a proposal that reached a quorum before its leader was cut off commits under
+/// the next leader, so the deposed leader must keep it pending (an error would tell the caller
+/// "not applied" about something that applies) and answer Ok once it applies. Fails if losing
+/// leadership answered pending proposals.
+#[test]
+fn a_deposed_leader_answers_ok_for_a_proposal_its_successor_committed() {
+    let mut net = Network::new(3);
+    net.elect(1);
+
+    let (input, mut rx) = register("alloc-a:1");
+    net.send(1, input);
+    let index = net.raft(1).raft_log.last_index();
+    net.deliver_once(); // 2 and 3 persist it; their acknowledgements are queued...
+    net.isolate(1);
+    net.deliver_once(); // ...and lost
+    assert!(net.raft(1).raft_log.committed < index);
+    assert!(waiting(&mut rx));
+
+    let elected = net.tick_until(&[1, 2, 3], 200, |net| {
+        net.leader_among(&[2, 3]).is_some() && net.role(1) != StateRole::Leader
+    });
+    assert!(elected, "no new leader, or the old one did not step down");
+    let new = net.leader_among(&[2, 3]).expect("a new leader");
+    assert!(net.store(new).applied_index() >= index, "the new leader committed it");
+    assert!(waiting(&mut rx), "stepping down answered a proposal that then committed");
+
+    net.heal();
+    let caught_up = net.tick_until(&[new], 50, |net| net.store(1).applied_index() >= index);
+    assert!(caught_up, "the old leader did not catch up");
+    let id = answer(&mut rx).expect("applied under the new leader");
+    net.settle();
+    assert_agree(&net);
+    let allocs = &net.store(1).state().control().allocs;
+    assert_eq!(allocs.get(&id).map(|r| r.addr.as_str()), Some("alloc-a:1"));
+}
+
+/// A read waiting for its ReadIndex on a leader that loses leadership fails with NotLeader
+/// instead of waiting forever. Fails without the drain of pending reads on step-down.
+#[test]
+fn a_read_pending_on_a_leader_that_steps_down_fails() {
+    let mut net = Network::new(3);
+    net.elect(1);
+    net.isolate(1);
+    let (input, mut rx) = read(7);
+    net.send(1, input);
+    let stepped_down = net.tick_until(&[1], 50, |net| net.role(1) != StateRole::Leader);
+    assert!(stepped_down, "an isolated leader did not step down");
+    assert!(matches!(answer(&mut rx), Err(RequestError::NotLeader { .. })));
+}
+
+/// `StepDown` (before a graceful exit) hands leadership to the voter with the most of the log:
+/// with member 3 behind, member 2. Fails if the target is chosen without the match index (the
+/// last voter, 3, could not take over until it caught up). `TransferLeader` then moves it on,
+/// and is refused on a follower and for a non-voter.
+#[test]
+fn step_down_and_transfer_hand_leadership_to_a_caught_up_voter() {
+    let mut net = Network::new(3);
+    net.elect(1);
+    net.isolate(3);
+    for i in 1..=3 {
+        let (input, mut rx) = advance(i, i * 1000);
+        net.send(1, input);
+        net.settle();
+        answer(&mut rx).expect("committed by 1 and 2");
+    }
+    net.heal();
+    assert!(net.matched(1, 3) < net.matched(1, 2), "member 3 is behind");
+
+    let (reply, mut rx) = oneshot::channel();
+    net.send(1, Input::StepDown { reply });
+    assert_eq!(answer(&mut rx), Ok(Some(NodeId(2))));
+    net.settle();
+    assert_eq!(net.leader_among(&net.ids()), Some(2));
+    assert_eq!(net.role(1), StateRole::Follower);
+    assert_eq!(net.raft(1).leader_id, 2);
+
+    // Member 3 catches up from the new leader.
+    let caught_up =
+        net.tick_until(&[2], 10, |net| net.matched(2, 3) == net.raft(2).raft_log.last_index());
+    assert!(caught_up, "member 3 did not catch up");
+
+    let (reply, mut rx) = oneshot::channel();
+    net.send(1, Input::TransferLeader { target: NodeId(3), reply });
+    match answer(&mut rx) {
+        Err(RequestError::NotLeader { leader: Some((leader, _)) }) => assert_eq!(leader, NodeId(2)),
+        other => panic!("a follower transferred leadership: {other:?}"),
+    }
+    let (reply, mut rx) = oneshot::channel();
+    net.send(2, Input::TransferLeader { target: NodeId(9), reply });
+    assert!(matches!(answer(&mut rx), Err(RequestError::Invalid(_))));
+
+    let (reply, mut rx) = oneshot::channel();
+    net.send(2, Input::TransferLeader { target: NodeId(3), reply });
+    assert_eq!(answer(&mut rx), Ok(()));
+    net.settle();
+    assert_eq!(net.leader_among(&net.ids()), Some(3));
+
+    // The new leader serves.
+    let (input, mut rx) = advance(50, 777);
+    net.send(3, input);
+    net.settle();
+    answer(&mut rx).expect("served by the new leader");
+    assert_agree(&net);
+}
+
+/// A member cut off while the leader compacted its log past the member's last entry catches up
+/// by a snapshot (which must carry the whole state), then follows the log again. Fails if the
+/// leader never compacts (`after_apply`: no snapshot would be needed or sent) or if installing
+/// the snapshot loses or corrupts state.
+#[test]
+fn a_member_behind_the_compacted_log_catches_up_by_snapshot_then_follows_the_log() {
+    let mut net = Network::with_config(3, |c| c.compact_log_entries = 8);
+    net.elect(1);
+    net.isolate(3);
+    let last_3 = net.raft(3).raft_log.last_index();
+    for i in 1..=20 {
+        let (input, mut rx) = advance(i % 5, i * 100);
+        net.send(1, input);
+        net.settle();
+        answer(&mut rx).expect("committed by 1 and 2");
+    }
+    let first_1 = net.store(1).truncated_index() + 1;
+    assert!(first_1 > last_3 + 1, "the leader's log still holds what member 3 lacks");
+    assert_eq!(net.snapshots_to.get(&3), None);
+
+    net.heal();
+    let caught_up = net
+        .tick_until(&[1], 20, |net| net.store(3).applied_index() == net.store(1).applied_index());
+    assert!(caught_up, "member 3 did not catch up");
+    let snapshots = net.snapshots_to.get(&3).copied().unwrap_or(0);
+    assert!(snapshots >= 1, "member 3 caught up without a snapshot");
+    assert!(net.store(3).truncated_index() >= first_1 - 1, "its log starts at the snapshot");
+    assert_agree(&net);
+    assert_eq!(net.store(3).state().max_seq(SectionId(0)), 2000);
+
+    // New entries reach it through the log, not another snapshot.
+    let (input, mut rx) = advance(42, 5000);
+    net.send(1, input);
+    net.settle();
+    let done = answer(&mut rx).expect("applied");
+    assert!(net.store(3).applied_index() >= done.applied_index);
+    assert_eq!(net.store(3).state().max_seq(SectionId(42)), 5000);
+    assert_eq!(net.snapshots_to.get(&3).copied().unwrap_or(0), snapshots);
+    assert_agree(&net);
+}
+
+/// A member whose data dir is lost comes back empty while the leader believes it holds every
+/// entry (it acknowledged them all, and nothing was proposed since). It must be caught up by
+/// snapshot without waiting for another write. Fails without `inbound.rs::reprobe_if_emptied`:
+/// raft-rs sends appends only to peers whose match is behind the log.
+#[test]
+fn an_emptied_member_is_caught_up_without_a_new_proposal() {
+    let mut net = Network::new(3);
+    net.elect(1);
+    let (input, mut rx) = advance(3, 700);
+    net.send(1, input);
+    net.settle();
+    answer(&mut rx).expect("committed");
+    let all_acked = net.tick_until(&[1], 10, |net| {
+        let last = net.raft(1).raft_log.last_index();
+        net.matched(1, 3) == last && net.raft(3).raft_log.committed == last
+    });
+    assert!(all_acked, "member 3 did not acknowledge everything");
+
+    net.wipe(3);
+    assert_eq!(net.store(3).applied_index(), 0);
+    let caught_up = net
+        .tick_until(&[1], 20, |net| net.store(3).applied_index() == net.store(1).applied_index());
+    assert!(caught_up, "the emptied member was never sent what it lost");
+    assert!(net.store(3).vote_blocked(), "it came back empty: it must not vote");
+    assert_eq!(net.store(3).state().max_seq(SectionId(3)), 700);
+    assert!(net.snapshots_to.get(&3).copied().unwrap_or(0) >= 1, "it caught up by snapshot");
+}
