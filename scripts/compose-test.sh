@@ -119,7 +119,8 @@ t_up=$SECONDS
 compose up -d
 wait_until "every container healthy" 120 all_healthy
 wait_until "set 0 to serve from the host" 60 set_serves
-echo ">> up and serving in $((SECONDS - t_up)) s"
+up_secs=$((SECONDS - t_up))
+echo ">> up and serving in $up_secs s"
 seqctl status
 
 mkfifo "$OUT/steps.fifo"
@@ -213,7 +214,8 @@ during which no client call to the set succeeded (what an application felt). The
 checked: every value distinct and increasing in real-time order per uid.
 
 EOF
-  echo "Run: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $("${compose_cmd[@]}" version --short 2>/dev/null || echo compose), Docker $(docker version -f '{{.Server.Version}}')."
+  echo "Run: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, Compose $("${compose_cmd[@]}" version --short 2>/dev/null || echo '?'), Docker $(docker version -f '{{.Server.Version}}')."
+  echo "From \`compose up -d\` to every container healthy and \`seqctl next\` answered from the host: ${up_secs} s."
   echo
   cat "$OUT/summary.md"
 } >"$DOC"
