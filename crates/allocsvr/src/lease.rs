@@ -123,6 +123,9 @@ pub struct Shared {
     /// The id of the first call that waited for an advance since the last one was sent: the
     /// advancer passes it to the store, so one slow call can be followed across both logs.
     advance_cause: Mutex<Option<String>>,
+    /// Calls waiting now (for an advance, a load, a hand-over or a lease), at most
+    /// `alloc.max_waiting_calls` (see `service.rs::WaitSlot`).
+    pub waiting_calls: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
@@ -163,6 +166,7 @@ impl Shared {
                 std::process::id().rotate_left(16) ^ nanos
             },
             advance_cause: Mutex::new(None),
+            waiting_calls: std::sync::atomic::AtomicUsize::new(0),
         }))
     }
 

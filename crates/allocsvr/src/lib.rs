@@ -27,6 +27,17 @@ use tokio::sync::watch;
 pub const SEQ_SERVICE: &str =
     <SeqServiceServer<service::SeqServer> as tonic::server::NamedService>::NAME;
 
+/// The public service with its message size limits: requests up to
+/// [`seqsvr_proto::seq_request_max_bytes`] of `max_batch_uids` (a larger one is refused with
+/// OUT_OF_RANGE before it is decoded into memory), replies up to
+/// [`seqsvr_proto::REPLY_MAX_BYTES`].
+pub fn seq_service(shared: std::sync::Arc<lease::Shared>) -> SeqServiceServer<service::SeqServer> {
+    let request_max = seqsvr_proto::seq_request_max_bytes(shared.config.tuning.max_batch_uids);
+    SeqServiceServer::new(service::SeqServer { shared })
+        .max_decoding_message_size(request_max)
+        .max_encoding_message_size(seqsvr_proto::REPLY_MAX_BYTES)
+}
+
 /// Runs an AllocSvr until `shutdown` resolves (SIGTERM in the binary).
 pub async fn run(config: AllocConfig, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let listen = config.listen;
@@ -66,13 +77,14 @@ pub async fn run(config: AllocConfig, shutdown: impl Future<Output = ()>) -> any
     let (health, health_service) = seqsvr_server::grpc::Health::new(&services).await;
     let observe_task = tokio::spawn(observe::observe(shared.clone(), health, stop_rx_observe));
     let (reflection_v1, reflection_v1alpha) = seqsvr_server::grpc::reflection(&services)?;
-    let result = tonic::transport::Server::builder()
+    let result = seqsvr_server::grpc::ConnectionLimits::SERVER
+        .apply(tonic::transport::Server::builder())
         .tcp_nodelay(true)
         .layer(seqsvr_server::tls::auth_layer(tls.as_ref()))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(SeqServiceServer::new(service::SeqServer { shared: shared.clone() }))
+        .add_service(seq_service(shared.clone()))
         .serve_maybe_tls(listener, tls.as_ref(), {
             let (shared, stop) = (shared.clone(), stop.clone());
             async move {

@@ -94,6 +94,7 @@ impl SeqServer {
         if let Attempt::Done(result) = self.attempt(route_version, request_id, &op) {
             return result;
         }
+        let _slot = WaitSlot::take(&self.shared)?;
         *waited = true;
         loop {
             // Register interest before looking again, so a change between the look and the
@@ -199,6 +200,37 @@ impl SeqServer {
         self.shared.metrics.call(rpc, code, n, took, waited);
         tracing::debug!(rpc = rpc.label(), request_id = %id, ?code, values = n, waited,
             took_us = took.as_micros() as u64, "call answered");
+    }
+}
+
+/// A place among the calls waiting at once, given back when the call stops waiting (answered,
+/// timed out, or dropped by its caller). With `alloc.max_waiting_calls` taken, a call that would
+/// wait is refused at once: RESOURCE_EXHAUSTED, not one more task and request in memory.
+struct WaitSlot<'a> {
+    waiting: &'a std::sync::atomic::AtomicUsize,
+}
+
+impl<'a> WaitSlot<'a> {
+    fn take(shared: &'a Shared) -> Result<WaitSlot<'a>, Status> {
+        use std::sync::atomic::Ordering;
+        let max = shared.config.tuning.max_waiting_calls;
+        let taken = shared
+            .waiting_calls
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1));
+        match taken {
+            Ok(_) => Ok(WaitSlot { waiting: &shared.waiting_calls }),
+            Err(_) => Err(Status::resource_exhausted(format!(
+                "this AllocSvr is saturated: {max} calls already wait (for an advance, a load or \
+                 a hand-over; alloc.max_waiting_calls); back off before retrying, spread the \
+                 load, or raise alloc.step so fewer calls wait"
+            ))),
+        }
+    }
+}
+
+impl Drop for WaitSlot<'_> {
+    fn drop(&mut self) {
+        self.waiting.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 
@@ -335,7 +367,14 @@ mod tests {
     /// An AllocSvr (alloc 1) with a valid lease that owns section 1 (uids 10..20) at epoch 1,
     /// loaded at `max_seq`, and route table v3 in which alloc 2 owns section 0.
     fn server(max_seq: u64) -> SeqServer {
-        let shared = crate::lease::Shared::new(AllocConfig::for_tests()).unwrap();
+        server_with(max_seq, |_| {})
+    }
+
+    /// `server(max_seq)` with `tune` applied to the config first.
+    fn server_with(max_seq: u64, tune: impl FnOnce(&mut AllocConfig)) -> SeqServer {
+        let mut config = AllocConfig::for_tests();
+        tune(&mut config);
+        let shared = crate::lease::Shared::new(config).unwrap();
         {
             let mut inner = shared.lock();
             inner.alloc_id = Some(AllocId(1));
@@ -517,6 +556,140 @@ mod tests {
             let status = s.next(next(uid, 3)).await.unwrap_err();
             assert_eq!(status.code(), Code::FailedPrecondition, "uid {uid}: {status:?}");
             assert!(status.message().contains(&format!("owner: {owner}")), "{}", status.message());
+        }
+    }
+
+    // Limits on every input (issue 12, item 4).
+
+    /// `server_with(..)` without a lease: every call waits for one until its deadline.
+    fn waiting_server(tune: impl FnOnce(&mut AllocConfig)) -> SeqServer {
+        let s = server_with(1_000, tune);
+        s.shared.lock().lease_until = None;
+        s
+    }
+
+    /// At most `alloc.max_waiting_calls` calls wait at once; one more is refused at once with
+    /// RESOURCE_EXHAUSTED, and the places come back when the waiting calls end.
+    #[tokio::test]
+    async fn calls_past_max_waiting_calls_are_refused_at_once() {
+        if seqsvr_core::teeth::NO_ALLOC_LEASE_CHECK {
+            return;
+        }
+        let s = waiting_server(|c| c.tuning.max_waiting_calls = 2);
+        let waiting: Vec<_> = (0..2)
+            .map(|_| {
+                let s = s.clone();
+                tokio::spawn(async move { s.next(next(15, 3)).await })
+            })
+            .collect();
+        let until = Instant::now() + Duration::from_secs(2);
+        while s.shared.waiting_calls.load(std::sync::atomic::Ordering::Acquire) < 2 {
+            assert!(Instant::now() < until, "the two calls never waited");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let started = Instant::now();
+        let refused = s.next(next(15, 3)).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
+        assert!(refused.message().contains("max_waiting_calls"), "{}", refused.message());
+        assert!(started.elapsed() < Duration::from_millis(100), "refused without waiting");
+        for call in waiting {
+            let status = call.await.unwrap().unwrap_err();
+            assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+        }
+        assert_eq!(s.shared.waiting_calls.load(std::sync::atomic::Ordering::Acquire), 0);
+        let status = s.next(next(15, 3)).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Unavailable, "waits again: {status:?}");
+    }
+
+    /// A caller's `grpc-timeout` longer than `alloc.request_timeout_ms` is clamped to it: a
+    /// call asking for an hour is answered after the configured 200 ms.
+    #[tokio::test]
+    async fn a_long_grpc_timeout_is_clamped_to_request_timeout_ms() {
+        if seqsvr_core::teeth::NO_ALLOC_LEASE_CHECK {
+            return;
+        }
+        let s = waiting_server(|c| c.tuning.request_timeout_ms = 200);
+        let mut r = Request::new(pb::NextRequest { uid: 15, route_version: 3 });
+        r.set_timeout(Duration::from_secs(3600));
+        let started = Instant::now();
+        let answered = tokio::time::timeout(Duration::from_secs(3), s.next(r)).await;
+        let status = answered.expect("answered at request_timeout_ms, not after an hour");
+        assert_eq!(status.unwrap_err().code(), tonic::Code::Unavailable);
+        assert!(started.elapsed() >= Duration::from_millis(190), "{:?}", started.elapsed());
+    }
+
+    /// Serves `s` as `allocsvr` does (`seq_service` + `limits`) on a local port; returns a
+    /// client of it.
+    async fn serve_over_tcp(
+        s: &SeqServer,
+        limits: seqsvr_server::grpc::ConnectionLimits,
+    ) -> pb::seq_service_client::SeqServiceClient<tonic::transport::Channel> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = limits
+            .apply(tonic::transport::Server::builder())
+            .add_service(crate::seq_service(s.shared.clone()));
+        tokio::spawn(
+            router.serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        pb::seq_service_client::SeqServiceClient::new(channel)
+    }
+
+    /// A `SeqService` request over `seq_request_max_bytes(max_batch_uids)` is refused by the
+    /// transport with OUT_OF_RANGE before the handler sees it (the handler would have counted a
+    /// request id and answered INVALID_ARGUMENT); one within the limit is served.
+    #[tokio::test]
+    async fn an_oversized_seq_request_never_reaches_the_handler() {
+        let s = server_with(100, |c| c.tuning.max_batch_uids = 10);
+        let mut client = serve_over_tcp(&s, seqsvr_server::grpc::ConnectionLimits::SERVER).await;
+        let limit = seqsvr_proto::seq_request_max_bytes(10);
+        assert!(limit < 128 * 1024, "derived from max_batch_uids, not the old 256 MiB");
+        // uid 15 is one byte as a varint: limit + 1 of them is over the limit.
+        let uids = vec![15u64; limit + 1];
+        let request = pb::NextBatchRequest { uids, route_version: 3, independent: true };
+        let ids_before = s.shared.next_request_id.load(std::sync::atomic::Ordering::Relaxed);
+        let refused = client.next_batch(request).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::OutOfRange, "{refused:?}");
+        let ids_after = s.shared.next_request_id.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(ids_before, ids_after, "the handler never ran");
+        let within = pb::CurrentRequest { uid: 15, route_version: 3 };
+        assert_eq!(client.current(within).await.unwrap().get_ref().seq, 100, "served");
+    }
+
+    /// Past `max_calls_per_connection` handlers running for one connection, a call is refused
+    /// at once with RESOURCE_EXHAUSTED (load shedding), not queued behind them.
+    #[tokio::test]
+    async fn calls_past_the_per_connection_limit_are_shed() {
+        if seqsvr_core::teeth::NO_ALLOC_LEASE_CHECK {
+            return;
+        }
+        let s = waiting_server(|c| c.tuning.request_timeout_ms = 1_000);
+        let limits = seqsvr_server::grpc::ConnectionLimits {
+            max_calls_per_connection: 2,
+            ..seqsvr_server::grpc::ConnectionLimits::SERVER
+        };
+        let client = serve_over_tcp(&s, limits).await;
+        let call = |client: &pb::seq_service_client::SeqServiceClient<_>| {
+            let mut client = client.clone();
+            async move { client.next(pb::NextRequest { uid: 15, route_version: 3 }).await }
+        };
+        let waiting: Vec<_> = (0..2).map(|_| tokio::spawn(call(&client))).collect();
+        let until = Instant::now() + Duration::from_secs(2);
+        while s.shared.waiting_calls.load(std::sync::atomic::Ordering::Acquire) < 2 {
+            assert!(Instant::now() < until, "the two calls never waited");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let started = Instant::now();
+        let shed = call(&client).await.unwrap_err();
+        assert_eq!(shed.code(), tonic::Code::ResourceExhausted, "{shed:?}");
+        assert!(started.elapsed() < Duration::from_millis(500), "refused without waiting");
+        for w in waiting {
+            assert_eq!(w.await.unwrap().unwrap_err().code(), tonic::Code::Unavailable);
         }
     }
 }

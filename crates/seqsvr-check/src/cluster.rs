@@ -140,6 +140,7 @@ impl Default for ClusterOptions {
                 max_batch_sections: 64,
                 compact_log_entries: 10_000,
                 request_timeout_ms: 3_000,
+                ..StoreTuning::default()
             },
             // Short leases keep hand-over tests quick.
             alloc: AllocTuning {
@@ -150,6 +151,7 @@ impl Default for ClusterOptions {
                 prefetch_ratio: 0.9,
                 max_batch_uids: 1_000,
                 request_timeout_ms: 3_000,
+                ..AllocTuning::default()
             },
             proxied: false,
             faketime: false,

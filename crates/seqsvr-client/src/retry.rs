@@ -172,9 +172,17 @@ impl Backoff {
 /// Not retried: `INVALID_ARGUMENT`, `OUT_OF_RANGE` (the request is wrong), `NOT_FOUND` (an
 /// unknown registration: the AllocSvr must register again, not repeat the call),
 /// `FAILED_PRECONDITION` (fenced, refused; NOT_OWNER is handled as a redirect by the SDK before
-/// this is asked), `RESOURCE_EXHAUSTED` (a section at the `max_seq` ceiling), `ALREADY_EXISTS`,
-/// `ABORTED`, `PERMISSION_DENIED`, `UNAUTHENTICATED`, `UNIMPLEMENTED` (a server that does not
-/// know the call), `INTERNAL` and `DATA_LOSS` (a bug: repeating it hides it), and `OK`.
+/// this is asked), `RESOURCE_EXHAUSTED`, `ALREADY_EXISTS`, `ABORTED`, `PERMISSION_DENIED`,
+/// `UNAUTHENTICATED`, `UNIMPLEMENTED` (a server that does not know the call), `INTERNAL` and
+/// `DATA_LOSS` (a bug: repeating it hides it), and `OK`.
+///
+/// `RESOURCE_EXHAUSTED` goes back to the caller at once, never retried here: it is either final
+/// (a section at the `max_seq` ceiling) or load shedding (the SDK's own coalescing queue full,
+/// an AllocSvr's `alloc.max_waiting_calls` reached, a connection past its concurrent calls).
+/// (A message over its service's size limit is `OUT_OF_RANGE`, not retried either.) Shedding exists to take load off a saturated
+/// server; a client library that retried it within the deadline would put the load straight
+/// back, from every client at once. The caller knows whether the call can wait and backs off
+/// (each message says what to do).
 pub fn retryable(code: Code) -> bool {
     matches!(code, Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown)
 }

@@ -48,11 +48,20 @@ pub struct SeqClientOptions {
     pub max_coalesced: usize,
     /// Coalesced RPCs in flight per AllocSvr; calls arriving meanwhile wait for the next one.
     pub max_in_flight: usize,
+    /// Most calls queued for one AllocSvr's coalesced RPCs (besides those the RPCs carry); one
+    /// more fails at once with RESOURCE_EXHAUSTED instead of piling up in memory while the
+    /// AllocSvr is slower than the calls arrive.
+    pub max_queued: usize,
 }
 
 impl Default for SeqClientOptions {
     fn default() -> Self {
-        SeqClientOptions { coalesce: true, max_coalesced: 1000, max_in_flight: 2 }
+        SeqClientOptions {
+            coalesce: true,
+            max_coalesced: 1000,
+            max_in_flight: 2,
+            max_queued: 100_000,
+        }
     }
 }
 
@@ -63,7 +72,7 @@ pub struct SeqClient {
     tables: RwLock<Vec<pb::RouteTable>>,
     channels: Mutex<HashMap<String, Channel>>,
     /// Per AllocSvr address: the queue of its coalescing task.
-    coalescers: Mutex<HashMap<String, mpsc::UnboundedSender<Pending>>>,
+    coalescers: Mutex<HashMap<String, mpsc::Sender<Pending>>>,
     /// Coalesced RPCs sent (for tests and metrics: calls ÷ RPCs is the coalescing factor).
     coalesced_rpcs: Arc<std::sync::atomic::AtomicU64>,
     counters: Counters,
@@ -113,6 +122,14 @@ struct Pending {
     reply: oneshot::Sender<Served>,
 }
 
+/// A `SeqService` client with the message size limits of the service
+/// (`seqsvr_proto::SEQ_REQUEST_MAX_BYTES` out, `REPLY_MAX_BYTES` in).
+fn seq_client(channel: Channel) -> SeqServiceClient<Channel> {
+    SeqServiceClient::new(channel)
+        .max_encoding_message_size(seqsvr_proto::SEQ_REQUEST_MAX_BYTES)
+        .max_decoding_message_size(seqsvr_proto::REPLY_MAX_BYTES)
+}
+
 /// Decodes the route table a NOT_OWNER answer carries.
 pub fn route_table_of(status: &Status) -> Option<pb::RouteTable> {
     use prost::Message as _;
@@ -133,7 +150,7 @@ fn owner_entry(table: &pb::RouteTable, uid: u64) -> Option<&pb::RouteEntry> {
 async fn coalesce(
     client: SeqServiceClient<Channel>,
     addr: String,
-    mut queue: mpsc::UnboundedReceiver<Pending>,
+    mut queue: mpsc::Receiver<Pending>,
     options: SeqClientOptions,
     rpcs: Arc<std::sync::atomic::AtomicU64>,
 ) {
@@ -219,9 +236,9 @@ impl SeqClient {
         if seeds.is_empty() {
             return Err(Status::invalid_argument("no seed addresses: give one AllocSvr per set"));
         }
-        if options.max_coalesced == 0 || options.max_in_flight == 0 {
+        if options.max_coalesced == 0 || options.max_in_flight == 0 || options.max_queued == 0 {
             return Err(Status::invalid_argument(
-                "max_coalesced and max_in_flight must be at least 1",
+                "max_coalesced, max_in_flight and max_queued must be at least 1",
             ));
         }
         let client = SeqClient {
@@ -309,7 +326,7 @@ impl SeqClient {
             .map(|addr| async move {
                 bump(&self.counters.route_refreshes);
                 let result = async {
-                    let mut client = SeqServiceClient::new(self.channel(addr)?);
+                    let mut client = seq_client(self.channel(addr)?);
                     let mut req = tonic::Request::new(pb::GetRouteTableRequest {});
                     req.set_timeout(left);
                     match tokio::time::timeout(left, client.get_route_table(req)).await {
@@ -436,7 +453,7 @@ impl SeqClient {
                         return Err(Status::deadline_exceeded("deadline passed"));
                     }
                     let timeout = left.min(ATTEMPT_TIMEOUT_MAX);
-                    let client = SeqServiceClient::new(self.channel(&addr)?);
+                    let client = seq_client(self.channel(&addr)?);
                     let result = match tokio::time::timeout(
                         timeout,
                         attempt(client, addr.clone(), version, timeout),
@@ -523,22 +540,34 @@ impl SeqClient {
         until: Instant,
     ) -> Served {
         let (reply, answer) = oneshot::channel();
-        self.coalescer(addr)?
-            .send(Pending { uid, route_version, until, reply })
-            .map_err(|_| Status::unavailable(format!("the coalescing task for {addr} ended")))?;
+        let queued = self.coalescer(addr)?.try_send(Pending { uid, route_version, until, reply });
+        match queued {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                return Err(Status::resource_exhausted(format!(
+                    "{} calls already wait for a coalesced RPC to {addr} (SeqClientOptions::\
+                     max_queued): the AllocSvr answers slower than calls arrive; back off before \
+                     retrying, or raise max_queued or max_in_flight",
+                    self.options.max_queued
+                )))
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                return Err(Status::unavailable(format!("the coalescing task for {addr} ended")))
+            }
+        }
         answer
             .await
             .unwrap_or_else(|_| Err(Status::unavailable(format!("no answer from {addr}'s batch"))))
     }
 
     /// The queue of `addr`'s coalescing task, started on first use; it ends with the client.
-    fn coalescer(&self, addr: &str) -> Result<mpsc::UnboundedSender<Pending>, Status> {
+    fn coalescer(&self, addr: &str) -> Result<mpsc::Sender<Pending>, Status> {
         let mut coalescers = self.coalescers.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(tx) = coalescers.get(addr).filter(|tx| !tx.is_closed()) {
             return Ok(tx.clone());
         }
-        let (tx, rx) = mpsc::unbounded_channel();
-        let client = SeqServiceClient::new(self.channel(addr)?);
+        let (tx, rx) = mpsc::channel(self.options.max_queued);
+        let client = seq_client(self.channel(addr)?);
         tokio::spawn(coalesce(
             client,
             addr.to_string(),
@@ -692,7 +721,7 @@ impl SeqClient {
         route_version: u64,
         timeout: Duration,
     ) -> Result<(Vec<u64>, Option<pb::RouteTable>), Status> {
-        let mut client = SeqServiceClient::new(self.channel(addr)?);
+        let mut client = seq_client(self.channel(addr)?);
         let mut req =
             tonic::Request::new(pb::NextBatchRequest { uids, route_version, independent: false });
         req.set_timeout(timeout);
@@ -852,6 +881,8 @@ mod tests {
         table: Mutex<pb::RouteTable>,
         next: AtomicU64,
         calls: AtomicU64,
+        /// While true, `next_batch` holds its answer.
+        stall: tokio::sync::watch::Sender<bool>,
     }
 
     impl Fake {
@@ -861,6 +892,7 @@ mod tests {
                 table: Mutex::new(pb::RouteTable::default()),
                 next: AtomicU64::new(1),
                 calls: AtomicU64::new(0),
+                stall: tokio::sync::watch::Sender::new(false),
             })
         }
 
@@ -896,6 +928,7 @@ mod tests {
         ) -> Result<tonic::Response<pb::NextBatchResponse>, Status> {
             use prost::Message as _;
             self.calls.fetch_add(1, Ordering::SeqCst);
+            let _ = self.stall.subscribe().wait_for(|stalled| !stalled).await;
             let r = request.into_inner();
             let table = self.table.lock().unwrap().clone();
             let owned = self.owned.lock().unwrap().clone();
@@ -937,6 +970,48 @@ mod tests {
                 .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
         );
         addr
+    }
+
+    /// The coalescing queue of one AllocSvr holds at most `max_queued` calls: while the
+    /// AllocSvr holds its answers, the calls past it fail at once with RESOURCE_EXHAUSTED (not
+    /// retried: retrying would only add load), and the queued ones are served once it answers.
+    #[tokio::test]
+    async fn a_full_coalescing_queue_refuses_calls_at_once() {
+        let fake = Fake::new();
+        let addr = serve(fake.clone()).await;
+        fake.set(vec![0], table(1, 1, (0, 100), vec![entry(0, 1, 1, &addr)]));
+        let options =
+            SeqClientOptions { max_queued: 4, max_in_flight: 1, max_coalesced: 1, coalesce: true };
+        let c = SeqClient::connect_with(&[addr], Duration::from_secs(5), options).await;
+        let c = Arc::new(c.expect("connected"));
+        fake.stall.send_replace(true);
+        let calls: Vec<_> = (0..20u64)
+            .map(|uid| {
+                let c = c.clone();
+                tokio::spawn(async move {
+                    let started = Instant::now();
+                    (c.next(uid % 10, Duration::from_secs(5)).await, started.elapsed())
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        fake.stall.send_replace(false);
+        let (mut refused, mut served) = (0, 0);
+        for call in calls {
+            match call.await.unwrap() {
+                (Ok(_), _) => served += 1,
+                (Err(e), took) => {
+                    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+                    assert!(e.message().contains("max_queued"), "{}", e.message());
+                    assert!(took < Duration::from_millis(250), "refused at once, took {took:?}");
+                    refused += 1;
+                }
+            }
+        }
+        // 4 queued + 1 in flight + 1 taken by the coalescing task waiting for a slot.
+        assert!(refused >= 20 - 6, "{refused} refused, {served} served");
+        assert_eq!(refused + served, 20);
+        assert!(served >= 1);
     }
 
     /// A seed that accepts connections but never answers (a paused AllocSvr behind a port

@@ -38,12 +38,27 @@ pub fn channel_on(addr: &str, plane: crate::tls::Plane) -> Result<Channel, Statu
     Ok(endpoint.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy())
 }
 
+/// A `StoreService` client with the service's message size limits
+/// (`seqsvr_proto::STORE_REQUEST_MAX_BYTES` out, `REPLY_MAX_BYTES` in).
+fn store_client(channel: Channel) -> StoreServiceClient<Channel> {
+    StoreServiceClient::new(channel)
+        .max_encoding_message_size(seqsvr_proto::STORE_REQUEST_MAX_BYTES)
+        .max_decoding_message_size(seqsvr_proto::REPLY_MAX_BYTES)
+}
+
+/// A `StoreAdmin` client with the same limits as [`store_client`].
+pub fn admin_client(channel: Channel) -> StoreAdminClient<Channel> {
+    StoreAdminClient::new(channel)
+        .max_encoding_message_size(seqsvr_proto::STORE_REQUEST_MAX_BYTES)
+        .max_decoding_message_size(seqsvr_proto::REPLY_MAX_BYTES)
+}
+
 /// Asks one member for its own Raft status.
 pub async fn member_status(
     addr: &str,
     timeout: Duration,
 ) -> Result<pb::StoreStatusResponse, Status> {
-    let mut client = StoreAdminClient::new(channel(addr)?);
+    let mut client = admin_client(channel(addr)?);
     let mut request = tonic::Request::new(pb::StoreStatusRequest {});
     request.set_timeout(timeout);
     match tokio::time::timeout(timeout, client.status(request)).await {
@@ -178,7 +193,7 @@ impl StoreClient {
                 if let Some(id) = &request_id {
                     req.metadata_mut().insert(seqsvr_proto::REQUEST_ID_METADATA, id.clone());
                 }
-                async move { StoreServiceClient::new(channel).advance_max_seq(req).await }
+                async move { store_client(channel).advance_max_seq(req).await }
             })
             .await?;
         Ok(reply.sections.iter().map(|s| (SectionId(s.section), s.max_seq)).collect())
@@ -196,7 +211,7 @@ impl StoreClient {
             .call(deadline, |channel, timeout| {
                 let mut req = tonic::Request::new(request);
                 req.set_timeout(timeout);
-                async move { StoreServiceClient::new(channel).load_sections(req).await }
+                async move { store_client(channel).load_sections(req).await }
             })
             .await?;
         Ok(reply.sections.iter().map(|s| (SectionId(s.section), s.max_seq)).collect())
@@ -212,7 +227,7 @@ impl StoreClient {
         self.call(deadline, |channel, timeout| {
             let mut req = tonic::Request::new(request.clone());
             req.set_timeout(timeout);
-            async move { StoreServiceClient::new(channel).register_alloc(req).await }
+            async move { store_client(channel).register_alloc(req).await }
         })
         .await
     }
@@ -229,7 +244,7 @@ impl StoreClient {
         self.call(deadline, |channel, timeout| {
             let mut req = tonic::Request::new(request);
             req.set_timeout(timeout);
-            async move { StoreServiceClient::new(channel).heartbeat(req).await }
+            async move { store_client(channel).heartbeat(req).await }
         })
         .await
     }
@@ -241,7 +256,7 @@ impl StoreClient {
         self.call(deadline, |channel, timeout| {
             let mut req = tonic::Request::new(request);
             req.set_timeout(timeout);
-            async move { StoreServiceClient::new(channel).release_alloc(req).await }
+            async move { store_client(channel).release_alloc(req).await }
         })
         .await
         .map(|_| ())
@@ -253,8 +268,7 @@ impl StoreClient {
         F: Fn(StoreAdminClient<Channel>, Duration) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
-        self.call(deadline, |channel, timeout| attempt(StoreAdminClient::new(channel), timeout))
-            .await
+        self.call(deadline, |channel, timeout| attempt(admin_client(channel), timeout)).await
     }
 
     /// Linearizable read of sections' committed `max_seq` (0 = never advanced).
@@ -268,7 +282,7 @@ impl StoreClient {
             .call(deadline, |channel, timeout| {
                 let mut req = tonic::Request::new(request.clone());
                 req.set_timeout(timeout);
-                async move { StoreServiceClient::new(channel).get_max_seq(req).await }
+                async move { store_client(channel).get_max_seq(req).await }
             })
             .await?;
         Ok(reply.sections.iter().map(|s| (SectionId(s.section), s.max_seq)).collect())

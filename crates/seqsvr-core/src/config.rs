@@ -72,8 +72,12 @@ pub struct AllocTuning {
     pub prefetch_ratio: f64,
     /// Most uids in one NextBatch call.
     pub max_batch_uids: usize,
-    /// Upper bound on how long one client call waits (for an advance or a hand-over).
+    /// Upper bound on how long one client call waits (for an advance or a hand-over); a longer
+    /// `grpc-timeout` from the caller is clamped to it.
     pub request_timeout_ms: u64,
+    /// Most calls that may wait at once (for an advance, a load, a hand-over or a lease); one
+    /// more is refused at once with RESOURCE_EXHAUSTED instead of queueing.
+    pub max_waiting_calls: usize,
 }
 
 impl Default for AllocTuning {
@@ -86,6 +90,7 @@ impl Default for AllocTuning {
             prefetch_ratio: 0.9,
             max_batch_uids: 10_000,
             request_timeout_ms: 3_000,
+            max_waiting_calls: 10_000,
         }
     }
 }
@@ -121,8 +126,11 @@ impl AllocTuning {
         if !(0.0..=1.0).contains(&self.prefetch_ratio) {
             return invalid("alloc.prefetch_ratio must be within [0, 1]");
         }
-        if self.max_batch_uids == 0 || self.request_timeout_ms == 0 {
-            return invalid("alloc.max_batch_uids and alloc.request_timeout_ms must be > 0");
+        if self.max_batch_uids == 0 || self.request_timeout_ms == 0 || self.max_waiting_calls == 0 {
+            return invalid(
+                "alloc.max_batch_uids, alloc.request_timeout_ms and alloc.max_waiting_calls must \
+                 be > 0",
+            );
         }
         Ok(())
     }
@@ -149,6 +157,9 @@ pub struct StoreTuning {
     pub compact_log_entries: u64,
     /// Upper bound on how long one client call waits for commit or read (callers may ask less).
     pub request_timeout_ms: u64,
+    /// Most one operator raise (`seqctl store advance`, an unfenced AdvanceMaxSeq) may add to a
+    /// section's committed `max_seq`: a mistyped target cannot burn the section's values.
+    pub max_operator_raise: u64,
 }
 
 fn default_section_size() -> u64 {
@@ -164,6 +175,7 @@ impl Default for StoreTuning {
             max_batch_sections: 4096,
             compact_log_entries: 10_000,
             request_timeout_ms: 5_000,
+            max_operator_raise: 1 << 40,
         }
     }
 }
@@ -187,6 +199,9 @@ impl StoreTuning {
         }
         if self.request_timeout_ms == 0 {
             return invalid("store.request_timeout_ms must be > 0");
+        }
+        if self.max_operator_raise == 0 {
+            return invalid("store.max_operator_raise must be > 0");
         }
         Ok(())
     }

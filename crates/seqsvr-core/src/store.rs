@@ -99,6 +99,12 @@ pub enum InputError {
          no section's max_seq may pass"
     )]
     AboveCeiling { section: SectionId, max_seq: Seq },
+    #[error(
+        "section {section}: raising max_seq from {from} to {to} adds more than \
+         store.max_operator_raise ({max}) in one operator raise; raise in smaller steps if you \
+         mean it"
+    )]
+    RaiseTooFar { section: SectionId, from: u64, to: u64, max: u64 },
     #[error("invalid lease: {0}")]
     InvalidLease(String),
 }
@@ -145,6 +151,29 @@ pub fn validate_advance(
         Some(a) => Err(InputError::AboveCeiling { section: a.section, max_seq: a.max_seq }),
         None => Ok(()),
     }
+}
+
+/// Checks an operator raise (an unfenced advance) against the committed `max_seq` of each
+/// section (`current`; a section missing from it counts as 0): none may add more than
+/// `max_raise`. A guard against a mistyped target, checked before proposing: two raises racing
+/// can each pass it, so it bounds one raise, not the sum of concurrent ones.
+pub fn validate_operator_raise(
+    current: &[(SectionId, u64)],
+    sections: &[SectionAdvance],
+    max_raise: u64,
+) -> Result<(), InputError> {
+    for a in sections {
+        let from = current.iter().find(|(s, _)| *s == a.section).map_or(0, |(_, v)| *v);
+        if a.max_seq.0.saturating_sub(from) > max_raise {
+            return Err(InputError::RaiseTooFar {
+                section: a.section,
+                from,
+                to: a.max_seq.0,
+                max: max_raise,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Checks a lease before a `SetLease` is proposed (see [`LeaseConfig::check`]).
@@ -711,6 +740,26 @@ mod tests {
             Some(Regression::LeaseEpoch { ours: LeaseEpoch(1), theirs: LeaseEpoch(0) })
         );
         assert_eq!(StoreState::new().first_regression(&s), None);
+    }
+
+    /// One operator raise may add at most `max_raise` to a section's committed `max_seq`
+    /// (exactly `max_raise` passes; a section not in `current` counts from 0; lowering or
+    /// keeping a value is no raise).
+    #[test]
+    fn an_operator_raise_past_max_raise_is_refused() {
+        let current = [(SectionId(10), 1_000), (SectionId(11), 5)];
+        let max = 1 << 40;
+        let ok = [adv(10, 1_000 + max, 0), adv(11, 0, 0), adv(12, max, 0)];
+        assert_eq!(validate_operator_raise(&current, &ok, max), Ok(()));
+        let err = validate_operator_raise(&current, &[adv(11, 6, 0), adv(10, 1_001 + max, 0)], max)
+            .unwrap_err();
+        assert_eq!(
+            err,
+            InputError::RaiseTooFar { section: SectionId(10), from: 1_000, to: 1_001 + max, max }
+        );
+        assert!(err.to_string().contains("store.max_operator_raise"), "{err}");
+        assert!(validate_operator_raise(&current, &[adv(12, max + 1, 0)], max).is_err());
+        assert!(validate_operator_raise(&[], &[adv(12, MAX_SEQ_CEILING, 0)], max).is_err());
     }
 
     #[test]

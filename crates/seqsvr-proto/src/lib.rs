@@ -31,8 +31,42 @@ pub fn request_id_of(metadata: &tonic::metadata::MetadataMap) -> Option<&str> {
     usable.then_some(id)
 }
 
-/// Largest gRPC message we send or accept: Raft snapshots carry a whole set's state machine.
-pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
+const MIB: usize = 1024 * 1024;
+
+// Message size limits, per service (a server's decoding limit is what it accepts; its encoding
+// limit what it sends; a client's are the mirror image). Only Raft needs a large one.
+//
+// - `SeqService` requests: [`seq_request_max_bytes`] of the AllocSvr's `max_batch_uids`
+//   (171 KiB for the default 10 000); clients encode at most [`SEQ_REQUEST_MAX_BYTES`].
+// - `StoreService` and `StoreAdmin` requests: [`STORE_REQUEST_MAX_BYTES`].
+// - Replies of those three: [`REPLY_MAX_BYTES`].
+// - `RaftTransport`, both ways: [`RAFT_MESSAGE_MAX_BYTES`].
+//
+// A message over a limit is refused by tonic before it reaches a handler (`OUT_OF_RANGE`).
+
+/// Most bytes of one `SeqService` request an AllocSvr accepts: a `NextBatch` of
+/// `max_batch_uids` uids (a uid is at most 10 bytes as a varint, 11 with slack) plus 64 KiB for
+/// the rest of the message. The default 10 000 uids give 171 KiB.
+pub fn seq_request_max_bytes(max_batch_uids: usize) -> usize {
+    max_batch_uids.saturating_mul(11).saturating_add(64 * 1024)
+}
+
+/// Most bytes of one `SeqService` request the SDK encodes (the AllocSvr's own limit, derived from
+/// its config by [`seq_request_max_bytes`], is usually far lower and is the one that counts).
+pub const SEQ_REQUEST_MAX_BYTES: usize = 4 * MIB;
+
+/// Most bytes of one `StoreService` or `StoreAdmin` request: an `AdvanceMaxSeq` of the default
+/// 4096 sections is about 100 KiB; nothing else the store is asked comes near it.
+pub const STORE_REQUEST_MAX_BYTES: usize = 4 * MIB;
+
+/// Most bytes of one reply of `SeqService`, `StoreService` or `StoreAdmin` (servers encode,
+/// clients decode): the largest are route tables and `LoadSections` answers, about 2 MiB for a
+/// set of 43k sections each with its own owner.
+pub const REPLY_MAX_BYTES: usize = 16 * MIB;
+
+/// Most bytes of one `RaftTransport` message, both ways: snapshots carry a whole set's state
+/// machine. The only large limit; no other service accepts it.
+pub const RAFT_MESSAGE_MAX_BYTES: usize = 256 * MIB;
 
 /// Parses the gRPC wire format of a timeout (`grpc-timeout` header): digits and a unit
 /// (H, M, S, m, u, n). Servers use it to answer before the caller's own deadline.

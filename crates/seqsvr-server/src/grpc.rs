@@ -114,3 +114,44 @@ mod tests {
         assert!(reflection(&["seqsvr.v1.StoreService", "seqsvr.v1.StoreAdmin"]).is_ok());
     }
 }
+
+/// Per-connection limits both servers apply to every connection, on every plane (see
+/// [`ConnectionLimits::apply`]). Message sizes are per service, on each service
+/// (`seqsvr_proto::*_MAX_BYTES`); deadlines are clamped by each server's handlers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS`: calls open at once on one connection. A client
+    /// past it waits on its own side (h2 refuses the extra streams).
+    pub max_concurrent_streams: u32,
+    /// Handlers running at once for one connection; a call past it is refused at once with
+    /// RESOURCE_EXHAUSTED (tonic's load shedding), never queued.
+    pub max_calls_per_connection: usize,
+    /// HTTP/2 PING every this often on an idle connection...
+    pub http2_keepalive_interval: std::time::Duration,
+    /// ...and the connection is closed when a PING is not answered within this.
+    pub http2_keepalive_timeout: std::time::Duration,
+}
+
+impl ConnectionLimits {
+    /// What both servers run with: 1024 streams, 512 running calls per connection (the SDK
+    /// keeps 2 coalesced RPCs per AllocSvr in flight; an AllocSvr a handful per store member),
+    /// PING every 30 s with 10 s to answer. TCP keepalive (60 s) is set on each accepted socket
+    /// by [`crate::tls::ServeExt::serve_maybe_tls`].
+    pub const SERVER: ConnectionLimits = ConnectionLimits {
+        max_concurrent_streams: 1024,
+        max_calls_per_connection: 512,
+        http2_keepalive_interval: std::time::Duration::from_secs(30),
+        http2_keepalive_timeout: std::time::Duration::from_secs(10),
+    };
+
+    /// `server` with these limits and load shedding on.
+    pub fn apply<L>(&self, server: tonic::transport::Server<L>) -> tonic::transport::Server<L> {
+        server
+            .max_concurrent_streams(self.max_concurrent_streams)
+            .concurrency_limit_per_connection(self.max_calls_per_connection)
+            .load_shed(true)
+            .http2_keepalive_interval(Some(self.http2_keepalive_interval))
+            .http2_keepalive_timeout(Some(self.http2_keepalive_timeout))
+            .tcp_keepalive(Some(crate::tls::TCP_KEEPALIVE))
+    }
+}

@@ -50,8 +50,8 @@ pub struct Args {
     pub initial_cluster_state: InitialClusterState,
     /// A file that records that this member's set was created (for deployments that start every
     /// member the same way, such as docker-compose). When it exists, `--initial-cluster-state new`
-    /// is taken as `existing`: an empty data dir then means a lost disk, not a new set. The member
-    /// writes it once it serves (knows a leader with a quorum). Keep it OUTSIDE the data dir, on
+    /// is taken as `existing`: an empty data dir then means a lost disk, not a new set. The leader
+    /// writes it once every voter acknowledged an entry past the set's bootstrap. Keep it OUTSIDE the data dir, on
     /// storage that outlives it (e.g. a volume shared by the set's members).
     #[arg(long, env = "SEQSVR_CREATED_MARKER")]
     pub created_marker: Option<PathBuf>,
@@ -140,8 +140,15 @@ impl NodeConfig {
         }
         // The marker outranks `new`: the set was created before, so an empty data dir is a lost
         // disk and must come back as a non-voting member.
-        let new_overridden_by_marker = args.initial_cluster_state == InitialClusterState::New
-            && args.created_marker.as_deref().is_some_and(std::path::Path::exists);
+        let marker_exists = match &args.created_marker {
+            None => false,
+            // An error reading it is not "absent": falling back to `new` is what it guards.
+            Some(path) => path.try_exists().with_context(|| {
+                format!("cannot tell whether the created marker {} exists", path.display())
+            })?,
+        };
+        let new_overridden_by_marker =
+            args.initial_cluster_state == InitialClusterState::New && marker_exists;
         let initial_cluster_state = if new_overridden_by_marker {
             InitialClusterState::Existing
         } else {

@@ -28,7 +28,7 @@ use seqsvr_core::ids::NodeId;
 use seqsvr_proto::v1::raft_transport_server::RaftTransportServer;
 use seqsvr_proto::v1::store_admin_server::StoreAdminServer;
 use seqsvr_proto::v1::store_service_server::StoreServiceServer;
-use seqsvr_proto::MAX_MESSAGE_BYTES;
+use seqsvr_proto::{RAFT_MESSAGE_MAX_BYTES, REPLY_MAX_BYTES, STORE_REQUEST_MAX_BYTES};
 use seqsvr_server::tls::ServeExt as _;
 use std::future::Future;
 use std::time::Duration;
@@ -135,6 +135,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
         lease_margin_ms: config.lease.lease_margin_ms,
         max_batch_sections: config.tuning.max_batch_sections,
         request_timeout: Duration::from_millis(config.tuning.request_timeout_ms),
+        max_operator_raise: config.tuning.max_operator_raise,
     };
     let services = [
         <StoreServiceServer<service::ServiceContext> as tonic::server::NamedService>::NAME,
@@ -150,7 +151,9 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
         loop {
             let now = serving.borrow_and_update().clone();
             health.set(now.serving, now.reason).await;
-            if now.serving {
+            // Only a leader that saw every voter past the bootstrap records the set: a member
+            // whose first start is still to come must not find the marker and join empty.
+            if now.established {
                 if let Some(marker) = created_marker.take() {
                     write_created_marker(&marker, set_id);
                 }
@@ -180,7 +183,9 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
             }
         }
     };
-    tonic::transport::Server::builder()
+    // Message sizes per service: only Raft (snapshots) gets the large limit.
+    seqsvr_server::grpc::ConnectionLimits::SERVER
+        .apply(tonic::transport::Server::builder())
         .tcp_nodelay(true)
         .layer(seqsvr_server::tls::auth_layer(config.tls.as_ref()))
         .add_service(health_service)
@@ -188,15 +193,19 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
         .add_service(reflection_v1alpha)
         .add_service(
             StoreServiceServer::new(context.clone())
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                .max_decoding_message_size(STORE_REQUEST_MAX_BYTES)
+                .max_encoding_message_size(REPLY_MAX_BYTES),
         )
         .add_service(
             RaftTransportServer::new(context.clone())
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                .max_decoding_message_size(RAFT_MESSAGE_MAX_BYTES)
+                .max_encoding_message_size(RAFT_MESSAGE_MAX_BYTES),
         )
-        .add_service(StoreAdminServer::new(context))
+        .add_service(
+            StoreAdminServer::new(context)
+                .max_decoding_message_size(STORE_REQUEST_MAX_BYTES)
+                .max_encoding_message_size(REPLY_MAX_BYTES),
+        )
         .serve_maybe_tls(listener, config.tls.as_ref(), stop)
         .await?;
 
@@ -239,13 +248,9 @@ async fn hand_off_leadership(driver: &driver::DriverHandle, node: NodeId, within
         "leadership transfer did not finish in time: exiting anyway (the others elect a leader)");
 }
 
-/// `--initial-cluster-state new` on an empty data dir creates the set: refuse when another
-/// member already reports one (a leader, or a log past the bootstrap point). Such a member was wiped or is new: it
-/// must join with `existing` and be added as a learner, or it would vote with an empty log and
-/// could elect a leader that lacks committed entries. Members that do not answer say nothing
-/// (at creation, the others may not be up yet).
-/// Records that the set exists (see `Args::created_marker`). A failure is logged, not fatal: the
-/// member serves either way, and `new` on an empty dir still asks the peers first.
+/// Records that the set exists (see `Args::created_marker`), durably (file and directory
+/// synced). A failure is logged, not fatal: the member serves either way, and `new` on an empty
+/// dir still asks the peers first.
 fn write_created_marker(marker: &std::path::Path, set_id: seqsvr_core::ids::SetId) {
     if marker.exists() {
         return;
@@ -254,10 +259,14 @@ fn write_created_marker(marker: &std::path::Path, set_id: seqsvr_core::ids::SetI
         "set {set_id} was created and served; with this file present, `--initial-cluster-state \
          new` is taken as `existing`\n"
     );
-    let written = marker
-        .parent()
-        .map_or(Ok(()), std::fs::create_dir_all)
-        .and_then(|()| std::fs::write(marker, text));
+    let written = (|| -> std::io::Result<()> {
+        let dir = marker.parent().unwrap_or(std::path::Path::new("."));
+        std::fs::create_dir_all(dir)?;
+        let mut file = std::fs::File::create(marker)?;
+        std::io::Write::write_all(&mut file, text.as_bytes())?;
+        file.sync_all()?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
     match written {
         Ok(()) => tracing::info!(marker = %marker.display(), "wrote the set's created marker"),
         Err(e) => tracing::warn!(
@@ -275,6 +284,11 @@ fn peer_tls(config: &NodeConfig) -> anyhow::Result<Option<tonic::transport::Clie
     Ok(Some(seqsvr_server::tls::client_tls_config(&setup.files, plane)?))
 }
 
+/// `--initial-cluster-state new` on an empty data dir creates the set: refuse when another
+/// member already reports one (a leader, or a log past the bootstrap point). Such a member was wiped or is new: it
+/// must join with `existing` and be added as a learner, or it would vote with an empty log and
+/// could elect a leader that lacks committed entries. Members that do not answer say nothing
+/// (at creation, the others may not be up yet).
 async fn refuse_new_if_the_set_exists(config: &NodeConfig) -> anyhow::Result<()> {
     use seqsvr_proto::v1::store_admin_client::StoreAdminClient;
     let tls = &peer_tls(config)?;

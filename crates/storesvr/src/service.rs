@@ -8,7 +8,9 @@ use crate::driver::{
 use protobuf::Message as _;
 use seqsvr_core::ids::{AllocId, LeaseEpoch, NodeId, RouteVersion, SectionId, Seq, SetId};
 use seqsvr_core::section::SectionRange;
-use seqsvr_core::store::{validate_advance, validate_read, SectionAdvance};
+use seqsvr_core::store::{
+    validate_advance, validate_operator_raise, validate_read, SectionAdvance,
+};
 use seqsvr_proto::v1::{self as pb};
 use std::time::Duration;
 use tonic::{Request, Response, Status};
@@ -30,6 +32,8 @@ pub struct ServiceContext {
     pub lease_margin_ms: u64,
     /// Longest a call waits for commit or read; a shorter `grpc-timeout` from the caller wins.
     pub request_timeout: Duration,
+    /// `store.max_operator_raise`: most one unfenced advance may add to a section's `max_seq`.
+    pub max_operator_raise: u64,
 }
 
 impl ServiceContext {
@@ -130,6 +134,14 @@ pub fn to_status(error: RequestError) -> Status {
             waited.as_millis()
         )),
         RequestError::Stopped => Status::unavailable("this member is shutting down; retry another"),
+        // UNAVAILABLE, not RESOURCE_EXHAUSTED: the store's callers (AllocSvr advances and
+        // heartbeats) must keep trying, with back-off, or leases lapse.
+        RequestError::QueueFull { waited } => Status::unavailable(format!(
+            "this member is saturated: its Raft driver's queue stayed full ({} requests) for {} \
+             ms; the request was never queued, nothing was proposed; retry with back-off",
+            crate::driver::DRIVER_QUEUE_MAX,
+            waited.as_millis()
+        )),
         RequestError::Invalid(why) => Status::invalid_argument(why),
         RequestError::Precondition(why) => Status::failed_precondition(why),
         RequestError::OutcomeUnknown => Status::unavailable(
@@ -201,6 +213,13 @@ impl pb::store_service_server::StoreService for ServiceContext {
             .collect();
         validate_advance(self.sections, self.max_batch_sections, &sections)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        if alloc.is_none() {
+            // An operator raise: judged against the committed values (a linearizable read).
+            let ids = sections.iter().map(|a| a.section).collect();
+            let current = self.driver.read(ids, wait).await.map_err(to_status)?;
+            validate_operator_raise(&current.sections, &sections, self.max_operator_raise)
+                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        }
         let n_sections = sections.len();
         let done = self.driver.advance(alloc, sections, wait).await.map_err(|e| {
             tracing::debug!(alloc = ?alloc.map(|a| a.0), n_sections, request_id, error = %e,

@@ -149,8 +149,8 @@ struct Peer {
 impl Peer {
     async fn run(self, endpoint: Endpoint, mut rx: mpsc::Receiver<Message>) {
         let mut client = RaftTransportClient::new(endpoint.connect_lazy())
-            .max_decoding_message_size(seqsvr_proto::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(seqsvr_proto::MAX_MESSAGE_BYTES);
+            .max_decoding_message_size(seqsvr_proto::RAFT_MESSAGE_MAX_BYTES)
+            .max_encoding_message_size(seqsvr_proto::RAFT_MESSAGE_MAX_BYTES);
         let mut reachable = true;
         while let Some(first) = rx.recv().await {
             let mut batch = vec![first];

@@ -47,6 +47,10 @@ pub enum RequestError {
     Overloaded,
     #[error("timed out")]
     Timeout { waited: Duration },
+    /// The driver's queue stayed full ([`DRIVER_QUEUE_MAX`]) for the caller's whole wait: the
+    /// request was never queued, so nothing was proposed.
+    #[error("driver queue full")]
+    QueueFull { waited: Duration },
     #[error("shutting down")]
     Stopped,
     #[error("invalid request: {0}")]
@@ -283,12 +287,17 @@ impl DriverHandle {
         make: impl FnOnce(Reply<T>) -> Input,
     ) -> Result<T, RequestError> {
         let (reply, rx) = oneshot::channel();
-        let call = async {
-            self.tx.send(make(reply)).await.map_err(|_| RequestError::Stopped)?;
-            rx.await.map_err(|_| RequestError::Stopped)?
-        };
-        match tokio::time::timeout(wait, call).await {
-            Ok(result) => result,
+        let until = tokio::time::Instant::now() + wait;
+        // A full queue makes the caller wait (backpressure), never past its deadline; a request
+        // still not queued then was never seen: "saturated", not "outcome unknown".
+        match tokio::time::timeout_at(until, self.tx.send(make(reply))).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Err(RequestError::Stopped),
+            Err(_) => return Err(RequestError::QueueFull { waited: wait }),
+        }
+        match tokio::time::timeout_at(until, rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(RequestError::Stopped),
             Err(_) => Err(RequestError::Timeout { waited: wait }),
         }
     }
@@ -421,6 +430,9 @@ impl DriverHandle {
 pub struct Serving {
     pub serving: bool,
     pub reason: &'static str,
+    /// This member leads and every voter has acknowledged an entry past the bootstrap: the set
+    /// exists on all of its members (what `--created-marker` records).
+    pub established: bool,
 }
 
 /// Creates the channel the driver reads; the sender half goes to the transport and handlers.
@@ -435,4 +447,27 @@ pub fn peer_reports(driver: mpsc::Sender<Input>) -> ReportFn {
     Arc::new(move |report| {
         let _ = driver.try_send(Input::Peer(report));
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request that cannot even be queued (the driver's queue full for its whole wait) is
+    /// told so: QueueFull ("never queued"), not Timeout ("outcome unknown"); one that was
+    /// queued but not answered is still Timeout.
+    #[tokio::test]
+    async fn a_full_driver_queue_answers_queue_full() {
+        let (handle, _tx, _rx) = channel(); // nobody reads: the driver is stuck
+        let wait = Duration::from_millis(50);
+        let queued = futures::future::join_all((0..DRIVER_QUEUE_MAX).map(|_| handle.route(wait)));
+        for r in queued.await {
+            assert!(matches!(r, Err(RequestError::Timeout { .. })), "queued, unanswered: {r:?}");
+        }
+        let r = handle.route(wait).await;
+        assert!(matches!(r, Err(RequestError::QueueFull { .. })), "{r:?}");
+        let status = crate::service::to_status(RequestError::QueueFull { waited: wait });
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert!(status.message().contains("never queued"), "{}", status.message());
+    }
 }

@@ -82,6 +82,8 @@ pub(super) struct Network {
     cut: BTreeSet<(u64, u64)>,
     /// Snapshot messages delivered, by receiver.
     pub(super) snapshots_to: BTreeMap<u64, usize>,
+    /// The set's initial voters (what `Bootstrap::NewSet` creates).
+    pub(super) voters: Vec<(NodeId, String)>,
 }
 
 /// The configuration of member `id` of an `n`-member test set.
@@ -132,19 +134,24 @@ impl Network {
                 (id, Member { driver, outbox, addr: addr(id), _dir: dir })
             })
             .collect();
-        Network { members, cut: BTreeSet::new(), snapshots_to: BTreeMap::new() }
+        Network { members, cut: BTreeSet::new(), snapshots_to: BTreeMap::new(), voters }
     }
 
     /// Member `id` loses its data dir and restarts empty, as `--initial-cluster-state existing`
     /// starts it (no configuration, vote-blocked), with its links as they were.
     pub(super) fn wipe(&mut self, id: u64) {
+        self.wipe_and_open(id, &Bootstrap::Join);
+    }
+
+    /// Member `id` loses its data dir and restarts from `bootstrap` (`NewSet`: wrongly started
+    /// with `--initial-cluster-state new` while no peer answered).
+    pub(super) fn wipe_and_open(&mut self, id: u64, bootstrap: &Bootstrap) {
         let n = self.members.len() as u64;
         let member = self.members.get_mut(&id).expect("a member");
         let dir = tempfile::tempdir().expect("temp dir");
         let config = test_config(id, n);
         let identity = Identity { set_id: config.set_id, node_id: config.node_id };
-        let storage =
-            NodeStorage::open(dir.path(), identity, &Bootstrap::Join).expect("open storage");
+        let storage = NodeStorage::open(dir.path(), identity, bootstrap).expect("open storage");
         let outbox = MemOutbox::default();
         member.driver = Driver::new(storage, config, outbox.clone()).expect("driver");
         member.outbox = outbox;

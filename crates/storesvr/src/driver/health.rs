@@ -55,23 +55,36 @@ impl Driver {
     /// one (check_quorum makes a leader without a quorum step down within that time).
     fn serving_now(&self) -> Serving {
         let raft = &self.node.raft;
-        match raft.state {
+        let (serving, reason) = match raft.state {
             StateRole::Leader => {
                 let (heard, voters) = self.voters_heard();
                 if heard > voters / 2 {
-                    Serving { serving: true, reason: "leader with a quorum in sight" }
+                    (true, "leader with a quorum in sight")
                 } else {
-                    Serving { serving: false, reason: "leader without a quorum in sight" }
+                    (false, "leader without a quorum in sight")
                 }
             }
             _ if raft.leader_id == raft::INVALID_ID => {
-                Serving { serving: false, reason: "no leader known (election in progress?)" }
+                (false, "no leader known (election in progress?)")
             }
             _ if self.heard_within_election_timeout(raft.leader_id, Instant::now()) => {
-                Serving { serving: true, reason: "follower of a live leader" }
+                (true, "follower of a live leader")
             }
-            _ => Serving { serving: false, reason: "the leader has not been heard from lately" },
-        }
+            _ => (false, "the leader has not been heard from lately"),
+        };
+        Serving { serving, reason, established: serving && self.every_voter_past_bootstrap() }
+    }
+
+    /// Leader only: every voter acknowledged an entry past the bootstrap (so none of them can
+    /// still be a member whose first start has not happened yet).
+    pub(super) fn every_voter_past_bootstrap(&self) -> bool {
+        let raft = &self.node.raft;
+        raft.state == StateRole::Leader
+            && self.node.store().conf_state().voters.iter().all(|&id| {
+                raft.prs()
+                    .get(id)
+                    .is_some_and(|pr| pr.matched > crate::storage::BOOTSTRAP_LOG_INDEX)
+            })
     }
 
     /// Once per tick: gauges, leader changes, and the health state.

@@ -56,27 +56,37 @@ impl Driver {
         }
     }
 
-    /// A follower whose data dir was emptied answers heartbeats with commit index 0, while
-    /// the leader's progress still says it holds every entry it had acknowledged. raft-rs only
-    /// sends appends to a peer whose match is behind the log, so with nothing new proposed the
-    /// member would wait, empty, for the next write. The leader probes it again from scratch
-    /// instead: the append it rejects leads to a snapshot. (A healthy member that acknowledged
-    /// anything has a commit index past 0: every set's log starts committed at its bootstrap.)
+    /// A follower whose data dir was emptied answers heartbeats with a commit index at or
+    /// before the bootstrap (0 when it restarted empty, the bootstrap's when it was wrongly
+    /// re-created with `new`), while the leader's progress still says it holds every entry it
+    /// had acknowledged. raft-rs only sends appends to a peer whose match is behind the log, so
+    /// with nothing new proposed the member would wait for the next write, and a leadership
+    /// transfer (which picks the best match) could even pick it. The leader probes it again
+    /// from what it reports: the appends (or a snapshot) that follow fill it. A healthy member
+    /// past the bootstrap reports a commit past it; a late answer from before the set's first
+    /// commit costs one extra probe.
     fn reprobe_if_emptied(&mut self, m: &Message) {
-        if self.node.raft.state != raft::StateRole::Leader || m.commit != 0 {
+        use crate::storage::BOOTSTRAP_LOG_INDEX;
+        let raft = &mut self.node.raft;
+        if raft.state != raft::StateRole::Leader
+            || m.term != raft.term
+            || m.from == raft.id
+            || m.commit > BOOTSTRAP_LOG_INDEX
+        {
             return;
         }
-        let Some(pr) = self.node.raft.mut_prs().get_mut(m.from) else { return };
-        if pr.matched == 0 {
+        let Some(pr) = raft.mut_prs().get_mut(m.from) else { return };
+        if pr.matched <= BOOTSTRAP_LOG_INDEX {
             return;
         }
         tracing::warn!(
             peer = m.from,
             matched = pr.matched,
-            "a member reports commit index 0 after acknowledging entries (its data dir was \
-             emptied?): probing it again so it catches up by snapshot"
+            reported_commit = m.commit,
+            "a member reports a commit index at or before the bootstrap after acknowledging \
+             entries past it (its data dir was emptied?): probing it again"
         );
-        pr.matched = 0;
+        pr.matched = m.commit;
         pr.become_probe();
     }
 
@@ -136,10 +146,16 @@ fn holds_only_bootstrap_and_candidate_is_past_it(
     m: &Message,
 ) -> bool {
     use crate::storage::{BOOTSTRAP_LOG_INDEX, BOOTSTRAP_LOG_TERM};
-    matches!(m.get_msg_type(), MessageType::MsgRequestVote | MessageType::MsgRequestPreVote)
-        && last_index == BOOTSTRAP_LOG_INDEX
-        && last_term == BOOTSTRAP_LOG_TERM
-        && m.index > BOOTSTRAP_LOG_INDEX
+    let only_bootstrap = last_index == BOOTSTRAP_LOG_INDEX && last_term == BOOTSTRAP_LOG_TERM;
+    match m.get_msg_type() {
+        MessageType::MsgRequestVote | MessageType::MsgRequestPreVote => {
+            only_bootstrap && m.index > BOOTSTRAP_LOG_INDEX
+        }
+        // A leader hands leadership only to a member it believes caught up: one holding only
+        // the bootstrap is not, whatever the leader's (stale) progress says.
+        MessageType::MsgTimeoutNow => only_bootstrap,
+        _ => false,
+    }
 }
 
 #[cfg(test)]

@@ -135,7 +135,12 @@ impl Driver {
             vote_block_logged_term: 0,
             metrics: crate::metrics::StoreMetrics::new(),
             published_leader: raft::INVALID_ID,
-            serving: watch::channel(Serving { serving: false, reason: "starting" }).0,
+            serving: watch::channel(Serving {
+                serving: false,
+                reason: "starting",
+                established: false,
+            })
+            .0,
         })
         .map(|mut driver| {
             driver.sync_peers();

@@ -322,3 +322,51 @@ fn an_emptied_member_is_caught_up_without_a_new_proposal() {
     assert_eq!(net.store(3).state().max_seq(SectionId(3)), 700);
     assert!(net.snapshots_to.get(&3).copied().unwrap_or(0) >= 1, "it caught up by snapshot");
 }
+
+/// The same with the member wrongly re-created from the bootstrap (`new` while no peer
+/// answered): it answers heartbeats with the bootstrap's commit index, not 0. The leader must
+/// still re-probe it. Fails when the re-probe only looks for commit index 0.
+#[test]
+fn a_member_re_created_from_the_bootstrap_is_caught_up_without_a_new_proposal() {
+    let mut net = Network::new(3);
+    net.elect(1);
+    let (input, mut rx) = advance(4, 900);
+    net.send(1, input);
+    net.settle();
+    answer(&mut rx).expect("committed");
+    let all_acked = net.tick_until(&[1], 10, |net| {
+        let last = net.raft(1).raft_log.last_index();
+        net.matched(1, 3) == last && net.raft(3).raft_log.committed == last
+    });
+    assert!(all_acked, "member 3 did not acknowledge everything");
+
+    let voters = net.voters.clone();
+    net.wipe_and_open(3, &crate::storage::Bootstrap::NewSet(voters));
+    let caught_up = net
+        .tick_until(&[1], 20, |net| net.store(3).applied_index() == net.store(1).applied_index());
+    assert!(caught_up, "the re-created member was never sent what it lost");
+    assert_eq!(net.store(3).state().max_seq(SectionId(4)), 900);
+}
+
+/// The leader records the set (the created marker) only once every voter acknowledged an
+/// entry past the bootstrap: a member that has not started yet must not find the marker and
+/// join empty. Fails if a follower, or a leader missing a voter, reports the set established.
+#[test]
+fn the_set_is_established_only_when_every_voter_is_past_the_bootstrap() {
+    let mut net = Network::new(3);
+    net.isolate(3);
+    let elected = net.tick_until(&[1], 100, |net| net.role(1) == StateRole::Leader);
+    assert!(elected, "member 1 did not win with member 2");
+    net.tick(&[1]); // the arbiter's first round: the set's lease
+    let (input, mut rx) = advance(1, 100);
+    net.send(1, input);
+    net.settle();
+    answer(&mut rx).expect("committed by 1 and 2");
+    assert!(!net.driver(1).every_voter_past_bootstrap(), "member 3 has acknowledged nothing");
+    net.heal();
+    let all =
+        net.tick_until(&[1], 20, |net| net.matched(1, 3) > crate::storage::BOOTSTRAP_LOG_INDEX);
+    assert!(all, "member 3 did not catch up");
+    assert!(net.driver(1).every_voter_past_bootstrap());
+    assert!(!net.driver(2).every_voter_past_bootstrap(), "only the leader can know");
+}
