@@ -191,6 +191,10 @@ mod tests {
         assert!(!refuses(MessageType::MsgRequestVote, 9, (7, 6)));
         // Other messages are never filtered here.
         assert!(!refuses(MessageType::MsgAppend, 9, (5, 5)));
+        // A leadership transfer to a member holding only the bootstrap: the leader's progress
+        // for it is stale (it lost what it had acknowledged).
+        assert!(refuses(MessageType::MsgTimeoutNow, 0, (5, 5)));
+        assert!(!refuses(MessageType::MsgTimeoutNow, 0, (7, 6)));
     }
 
     fn follower() -> RawNode<MemStorage> {

@@ -295,15 +295,12 @@ fn a_member_behind_the_compacted_log_catches_up_by_snapshot_then_follows_the_log
     assert_agree(&net);
 }
 
-/// A member whose data dir is lost comes back empty while the leader believes it holds every
-/// entry (it acknowledged them all, and nothing was proposed since). It must be caught up by
-/// snapshot without waiting for another write. Fails without `inbound.rs::reprobe_if_emptied`:
-/// raft-rs sends appends only to peers whose match is behind the log.
-#[test]
-fn an_emptied_member_is_caught_up_without_a_new_proposal() {
+/// Three members, 1 leading, `section` raised to `max_seq`, and member 3 has acknowledged and
+/// learned the commit of everything: the leader's progress says it holds the whole log.
+fn all_acknowledged(section: u64, max_seq: u64) -> Network {
     let mut net = Network::new(3);
     net.elect(1);
-    let (input, mut rx) = advance(3, 700);
+    let (input, mut rx) = advance(section, max_seq);
     net.send(1, input);
     net.settle();
     answer(&mut rx).expect("committed");
@@ -312,6 +309,16 @@ fn an_emptied_member_is_caught_up_without_a_new_proposal() {
         net.matched(1, 3) == last && net.raft(3).raft_log.committed == last
     });
     assert!(all_acked, "member 3 did not acknowledge everything");
+    net
+}
+
+/// A member whose data dir is lost comes back empty while the leader believes it holds every
+/// entry (it acknowledged them all, and nothing was proposed since). It must be caught up by
+/// snapshot without waiting for another write. Fails without `inbound.rs::reprobe_if_emptied`:
+/// raft-rs sends appends only to peers whose match is behind the log.
+#[test]
+fn an_emptied_member_is_caught_up_without_a_new_proposal() {
+    let mut net = all_acknowledged(3, 700);
 
     net.wipe(3);
     assert_eq!(net.store(3).applied_index(), 0);
@@ -328,17 +335,7 @@ fn an_emptied_member_is_caught_up_without_a_new_proposal() {
 /// still re-probe it. Fails when the re-probe only looks for commit index 0.
 #[test]
 fn a_member_re_created_from_the_bootstrap_is_caught_up_without_a_new_proposal() {
-    let mut net = Network::new(3);
-    net.elect(1);
-    let (input, mut rx) = advance(4, 900);
-    net.send(1, input);
-    net.settle();
-    answer(&mut rx).expect("committed");
-    let all_acked = net.tick_until(&[1], 10, |net| {
-        let last = net.raft(1).raft_log.last_index();
-        net.matched(1, 3) == last && net.raft(3).raft_log.committed == last
-    });
-    assert!(all_acked, "member 3 did not acknowledge everything");
+    let mut net = all_acknowledged(4, 900);
 
     let voters = net.voters.clone();
     net.wipe_and_open(3, &crate::storage::Bootstrap::NewSet(voters));
