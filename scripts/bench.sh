@@ -97,6 +97,9 @@ pg_url="host=127.0.0.1 port=5440 user=postgres dbname=postgres"
 
 # --- seqsvr: the local cluster.
 cfg=data/local/cluster.toml
+# The local cluster runs mutual TLS: seqbench dials it as an application (`client` identity).
+export SEQSVR_TLS_CERT=$SEQSVR_ROOT/data/local/certs/client.pem
+export SEQSVR_TLS_KEY=$SEQSVR_ROOT/data/local/certs/client.key
 
 # Median of a field over result JSONs.
 median_of() { # field files...

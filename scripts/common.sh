@@ -33,6 +33,27 @@ ensure_build_deps() {
   fi
 }
 
+# cargo-deny (scripts/deny.sh), pinned: deny.toml is written for this version's keys. A cargo-deny
+# of this version on PATH is used as it is; otherwise it is built (~7 min on 2 cores) into
+# $SEQSVR_TOOLS/bin, never over a cargo-deny of another version the developer installed, and not
+# in the workspace's target dir. Sets CARGO_DENY to the binary to run.
+SEQSVR_CARGO_DENY_VERSION=0.20.2
+SEQSVR_TOOLS=${SEQSVR_TOOLS:-$HOME/.cache/seqsvr/tools}
+ensure_cargo_deny() {
+  local want="cargo-deny $SEQSVR_CARGO_DENY_VERSION"
+  CARGO_DENY=$(command -v cargo-deny || true)
+  if [ -n "$CARGO_DENY" ] && [ "$("$CARGO_DENY" --version 2>/dev/null)" = "$want" ]; then
+    return
+  fi
+  CARGO_DENY=$SEQSVR_TOOLS/bin/cargo-deny
+  if [ "$("$CARGO_DENY" --version 2>/dev/null)" != "$want" ]; then
+    echo ">> installing $want into $SEQSVR_TOOLS"
+    # Without CARGO_TARGET_DIR (exported above), cargo install builds in a temporary dir.
+    env -u CARGO_TARGET_DIR cargo install cargo-deny --version "$SEQSVR_CARGO_DENY_VERSION" --locked \
+      --root "$SEQSVR_TOOLS"
+  fi
+}
+
 build_release_bins() {
   echo ">> cargo build --release --bins (target dir: $CARGO_TARGET_DIR; a cold build takes ~25 min)"
   (cd "$SEQSVR_ROOT" && cargo build --release --workspace --bins)

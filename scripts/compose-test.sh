@@ -46,7 +46,13 @@ fi
 
 SEQSVR_IMAGE=$IMAGE scripts/docker-image.sh
 cargo build --release -p seqsvr-check -p seqctl >/dev/null
-seqctl() { "$SEQSVR_BIN/seqctl" --config "$CONFIG" --timeout-ms 2000 "$@"; }
+# Every plane is mutual TLS: the containers' PKI (made once), the admin's identity for seqctl.
+scripts/compose-certs.sh
+CERTS=config/compose-certs
+seqctl() {
+  "$SEQSVR_BIN/seqctl" --config "$CONFIG" --tls-cert "$CERTS/admin.pem" \
+    --tls-key "$CERTS/admin.key" --timeout-ms 2000 "$@"
+}
 
 rm -rf "$OUT"
 mkdir -p "$OUT"
@@ -125,7 +131,7 @@ seqctl status
 
 mkfifo "$OUT/steps.fifo"
 "$SEQSVR_BIN/seqcheck" load --config "$CONFIG" --sets 0 --out "$OUT" --clients 8 \
-  <"$OUT/steps.fifo" >"$OUT/load.out" 2>"$OUT/load.err" &
+  --tls-cert "$CERTS/client.pem" --tls-key "$CERTS/client.key" <"$OUT/steps.fifo" >"$OUT/load.out" 2>"$OUT/load.err" &
 load_pid=$!
 exec 3>"$OUT/steps.fifo"
 wait_until "the load to start" 60 grep -q "clients running" "$OUT/load.err"

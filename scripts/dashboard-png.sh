@@ -28,6 +28,7 @@ for _ in $(seq 1 100); do
 done
 start=$(date +%s)
 echo ">> load for ${seconds}s (seqbench, paced 20000 calls/s), rolling restarts at 1/3 and 2/3"
+SEQSVR_TLS_CERT=data/local/certs/client.pem SEQSVR_TLS_KEY=data/local/certs/client.key \
 "$SEQSVR_BIN/seqbench" run --target seqsvr --config data/local/cluster.toml --seconds "$seconds" \
   --rate 20000 --out "$work/bench.json" >"$work/bench.log" 2>&1 &
 bench=$!

@@ -7,21 +7,23 @@
 #                                  store-1-2): SIGTERM (it hands its sections or leadership
 #                                  over), start it again, wait until its health is SERVING
 #   scripts/dev-cluster.sh wipe    down, then delete data/local
-# Data, logs, PID files and the cluster config it used live under data/local/.
+# Data, logs, PID files, the cluster config it used and its development PKI (mutual TLS on every
+# plane, made once by `seqctl certs init`) live under data/local/.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$SEQSVR_ROOT"
 
 LOCAL=$SEQSVR_ROOT/data/local
 CONFIG=$LOCAL/cluster.toml
+CERTS=$LOCAL/certs
 # name → command line, for every process of config/cluster.toml (2 sets × 3 stores + 2 allocs).
 declare -A PROCS
 for set in 0 1; do
   for id in 1 2 3; do
-    PROCS[store-$set-$id]="storesvr --config $CONFIG --set-id $set --node-id $id --data-dir $LOCAL/store-$set-$id"
+    PROCS[store-$set-$id]="storesvr --config $CONFIG --set-id $set --node-id $id --data-dir $LOCAL/store-$set-$id --tls-cert $CERTS/store-$set-$id.pem --tls-key $CERTS/store-$set-$id.key"
   done
   for i in 1 2; do
-    PROCS[alloc-$set-$i]="allocsvr --config $CONFIG --set-id $set --addr 127.0.0.1:72$set$i"
+    PROCS[alloc-$set-$i]="allocsvr --config $CONFIG --set-id $set --addr 127.0.0.1:72$set$i --tls-cert $CERTS/alloc-$set-$i.pem --tls-key $CERTS/alloc-$set-$i.key"
   done
 done
 NAMES=$(printf '%s\n' "${!PROCS[@]}" | sort)
@@ -36,13 +38,32 @@ ours_running() {
   [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -qE 'storesvr|allocsvr' "/proc/$pid/cmdline" 2>/dev/null
 }
 
-seqctl() { "$SEQSVR_BIN/seqctl" --config "$CONFIG" "$@"; }
+# The operator's seqctl: the admin identity of the local PKI.
+seqctl() {
+  "$SEQSVR_BIN/seqctl" --config "$CONFIG" --tls-cert "$CERTS/admin.pem" --tls-key "$CERTS/admin.key" "$@"
+}
+
+# The local PKI (once) and the cluster file's [tls] section (once): every process serves and
+# dials over mutual TLS, as in production (servers refuse to start without it).
+# The section's paths are relative to data/local/ (the cluster file's directory).
+ensure_pki() {
+  if [ ! -f "$CERTS/admin.key" ] || [ ! -f "$LOCAL/tls-block.toml" ]; then
+    (cd "$LOCAL" && "$SEQSVR_BIN/seqctl" certs init --dir certs --sets 2 --members 3 --allocs 2 \
+      --force >tls-block.toml.new 2>/dev/null && mv tls-block.toml.new tls-block.toml)
+    echo ">> made a development PKI in data/local/certs (seqctl certs init)"
+  fi
+  if ! grep -q '^\[tls\]' "$CONFIG"; then
+    { echo; cat "$LOCAL/tls-block.toml"; } >>"$CONFIG"
+    echo ">> added the [tls] section to data/local/cluster.toml"
+  fi
+}
 
 up() {
   ensure_build_deps
   build_release_bins
   mkdir -p "$LOCAL/pids" "$LOCAL/logs"
   [ -f "$CONFIG" ] || cp config/cluster.toml "$CONFIG"
+  ensure_pki
   # Explicit bootstrap: the sets are created once (state `new`, marked by data/local/created);
   # every later start says `existing`, so a store whose data dir went missing comes back as an
   # empty, non-voting member that must be re-added (README: "Replace a dead member").
@@ -67,13 +88,17 @@ up() {
 The local cluster serves: 2 sets, each 3 StoreSvrs + 2 AllocSvrs on 127.0.0.1 (data in data/local/).
   set 0: uids [0, 2147500000)          stores :7101-7103, allocs :7201-7202
   set 1: uids [2147500000, 4294900000) stores :7111-7113, allocs :7211-7212
-Talk to it:
+Every plane is mutual TLS (certificates in data/local/certs/). Talk to it as the admin:
+  export SEQSVR_TLS_CERT=data/local/certs/admin.pem SEQSVR_TLS_KEY=data/local/certs/admin.key
   $SEQSVR_BIN/seqctl --config data/local/cluster.toml next 42 42 2147500042
   $SEQSVR_BIN/seqctl --config data/local/cluster.toml get 42
   $SEQSVR_BIN/seqctl --config data/local/cluster.toml status
   $SEQSVR_BIN/seqctl --config data/local/cluster.toml route
   $SEQSVR_BIN/seqctl --config data/local/cluster.toml leases
-  grpcurl -plaintext -d '{"uid": 42}' 127.0.0.1:7201 seqsvr.v1.SeqService/Next
+As an application (grpcurl; the AllocSvrs' certificates chain to the cluster CA):
+  grpcurl -cacert data/local/certs/cluster-ca.pem -cert data/local/certs/client.pem
+    -key data/local/certs/client.key -authority alloc.seqsvr -d '{"uid": 42}'
+    127.0.0.1:7201 seqsvr.v1.SeqService/Next
 Stop it with: scripts/dev-cluster.sh down
 MSG
       return 0
@@ -149,7 +174,7 @@ restart() {
   local addr
   addr=$(addr_of "$name")
   for _ in $(seq 1 300); do
-    if "$SEQSVR_BIN/seqctl" health "$addr" >/dev/null 2>&1; then
+    if seqctl --timeout-ms 1000 health "$addr" >/dev/null 2>&1; then
       echo ">> $name serves again ($addr)"
       return 0
     fi

@@ -115,3 +115,33 @@ pub fn assert_no_violation(history: &[Operation]) {
         &report.violations[..report.violations.len().min(3)]
     );
 }
+
+/// Waits until the AllocSvr at `owner_addr` and another AllocSvr of set 0 both own sections
+/// (the second one took half of the first's), as `client`'s route table shows; then up to 8
+/// uids of each (`(owner's, others')`), spread over their runs.
+pub async fn uids_by_owner(client: &Arc<SeqClient>, owner_addr: &str) -> (Vec<u64>, Vec<u64>) {
+    wait_for("both AllocSvrs own sections", || {
+        let (client, addr) = (client.clone(), owner_addr.to_string());
+        async move {
+            let _ = client.current(0, Duration::from_secs(2)).await;
+            let tables = client.route_tables();
+            let table = tables.first()?;
+            let uids_of = |owners: bool| -> Vec<u64> {
+                let runs = table.entries.iter().filter(|e| (e.addr == addr) == owners);
+                let mut uids: Vec<u64> = runs
+                    .flat_map(|e| {
+                        let len = e.section_end - e.section_begin;
+                        (0..4).map(move |k| e.section_begin + k * len / 4).collect::<Vec<_>>()
+                    })
+                    .map(|s| s * table.section_size + 3)
+                    .collect();
+                uids.dedup();
+                uids.truncate(8);
+                uids
+            };
+            let (mine, theirs) = (uids_of(true), uids_of(false));
+            (!mine.is_empty() && !theirs.is_empty()).then_some((mine, theirs))
+        }
+    })
+    .await
+}

@@ -1,7 +1,7 @@
 //! t10: a 3-member set elects a leader, commits advances, and every member applies the same
 //! values; bad input is refused with INVALID_ARGUMENT and proposes nothing; non-leaders redirect.
 
-use seqsvr_cluster_tests::{binary, wait_for, Cluster, ClusterOptions};
+use seqsvr_cluster_tests::{wait_for, Cluster, ClusterOptions};
 use seqsvr_core::ids::SectionId;
 use seqsvr_proto::v1 as pb;
 use std::time::Duration;
@@ -102,9 +102,7 @@ async fn seqctl_store_status_json_has_the_stable_keys() {
     let cluster = Cluster::start(ClusterOptions::default());
     let leader = cluster.wait_leader().await;
     let rows = wait_for("seqctl store status to list all members with one leader", || async {
-        let out = tokio::process::Command::new(binary("seqctl"))
-            .arg("--config")
-            .arg(&cluster.config_path)
+        let out = tokio::process::Command::from(cluster.seqctl())
             .args(["store", "status", "--json"])
             .output()
             .await

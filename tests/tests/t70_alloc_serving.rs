@@ -1,7 +1,7 @@
 //! t70: the AllocSvr tier serves: contiguous values across step boundaries, batches, bad input,
 //! seqctl's next/get/route, and strictly increasing values across an AllocSvr kill -9.
 
-use seqsvr_cluster_tests::{binary, wait_for, Cluster, ClusterOptions, ProcKey, WAIT_MAX};
+use seqsvr_cluster_tests::{wait_for, Cluster, ClusterOptions, ProcKey, WAIT_MAX};
 use seqsvr_core::ids::SetId;
 use tonic::Code;
 
@@ -58,7 +58,8 @@ async fn bad_input_is_invalid_argument_and_changes_nothing() {
 
     // Straight to an AllocSvr: oversized batch, and a batch with one bad uid, change nothing.
     let channel =
-        seqsvr_client::store::channel(&cluster.proc(ProcKey::Alloc(SetId(0), 0)).addr).unwrap();
+        seqsvr_client::store::alloc_channel(&cluster.proc(ProcKey::Alloc(SetId(0), 0)).addr)
+            .unwrap();
     let mut direct = seqsvr_proto::v1::seq_service_client::SeqServiceClient::new(channel);
     let before = client.current(5, WAIT_MAX).await.unwrap();
     let too_many = vec![5u64; 1001];
@@ -83,11 +84,7 @@ async fn seqctl_next_get_and_route() {
     let cluster = Cluster::start(options(100));
     let client = cluster.seq_client().await;
     cluster.wait_serving(&client).await;
-    let seqctl = |args: &[&str]| {
-        let mut c = std::process::Command::new(binary("seqctl"));
-        c.arg("--config").arg(&cluster.config_path).args(args);
-        c.output().expect("run seqctl")
-    };
+    let seqctl = |args: &[&str]| cluster.seqctl().args(args).output().expect("run seqctl");
     let out = seqctl(&["next", "42", "42"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let lines: Vec<(u64, u64)> = String::from_utf8_lossy(&out.stdout)
@@ -209,7 +206,7 @@ async fn concurrent_calls_are_coalesced_and_entries_answer_independently() {
         })
         .await
         .expect("move");
-    let channel = seqsvr_client::store::channel(&old_addr).unwrap();
+    let channel = seqsvr_client::store::alloc_channel(&old_addr).unwrap();
     let mut direct = pb::seq_service_client::SeqServiceClient::new(channel);
     let (m, k) = (moved * size + 1, kept * size);
     let before_k = client.current(k, WAIT_MAX).await.unwrap();

@@ -149,7 +149,7 @@ async fn sigstop_past_the_lease_serves_nothing_stale_after_sigcont() {
     cluster.pause(paused, false);
     // Straight at the woken AllocSvr: each answer is an error or a value newer than anything
     // served before (checked with the rest of the history).
-    let channel = seqsvr_client::store::channel(&paused_addr).unwrap();
+    let channel = seqsvr_client::store::alloc_channel(&paused_addr).unwrap();
     let mut direct = pb::seq_service_client::SeqServiceClient::new(channel);
     let mut ops = Vec::new();
     for &uid in uids.iter().cycle().take(200) {
@@ -177,7 +177,15 @@ async fn advance_with_a_stale_epoch_or_by_a_non_owner_is_rejected() {
     let l = cluster.leases(SetId(0)).await.expect("leases");
     let run = l.runs[0];
     let section = SectionId(run.section_begin);
-    let other = l.allocs.iter().find(|a| a.alloc_id != run.alloc_id).expect("two allocs").alloc_id;
+    let other = l.allocs.iter().find(|a| a.alloc_id != run.alloc_id).expect("two allocs");
+    // Each advance goes out with the certificate of the AllocSvr it is made for (only the
+    // registering identity may advance for a registration): the fence is what refuses them.
+    let as_alloc = |alloc_id: u64| {
+        let addr = &l.allocs.iter().find(|a| a.alloc_id == alloc_id).expect("registered").addr;
+        cluster.store_client_as(SetId(0), cluster.alloc_at(SetId(0), addr).expect("ours"))
+    };
+    let (as_owner, as_other) = (as_alloc(run.alloc_id), as_alloc(other.alloc_id));
+    let other = other.alloc_id;
     let before = store.get(&[section], WAIT_MAX).await.unwrap()[0].1;
     let adv = |epoch| {
         [SectionAdvance {
@@ -188,11 +196,11 @@ async fn advance_with_a_stale_epoch_or_by_a_non_owner_is_rejected() {
     };
 
     let stale =
-        store.advance_as(Some(AllocId(run.alloc_id)), &adv(run.lease_epoch - 1), WAIT_MAX).await;
+        as_owner.advance_as(Some(AllocId(run.alloc_id)), &adv(run.lease_epoch - 1), WAIT_MAX).await;
     let err = stale.expect_err("stale epoch");
     assert_eq!(err.code(), Code::FailedPrecondition, "{}", err.message());
     assert!(err.message().contains("NOT_OWNER"), "{}", err.message());
-    let err = store
+    let err = as_other
         .advance_as(Some(AllocId(other)), &adv(run.lease_epoch), WAIT_MAX)
         .await
         .expect_err("not owner");
@@ -212,7 +220,7 @@ async fn advance_with_a_stale_epoch_or_by_a_non_owner_is_rejected() {
         .await
         .expect("move");
     assert!(moved.lease_epoch > run.lease_epoch, "epochs grow");
-    let err = store
+    let err = as_owner
         .advance_as(Some(AllocId(run.alloc_id)), &adv(run.lease_epoch), WAIT_MAX)
         .await
         .expect_err("moved");

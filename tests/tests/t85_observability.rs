@@ -9,6 +9,7 @@
 //!   reports NOT_SERVING (no leader with a quorum) and so do both AllocSvrs once their leases
 //!   lapse; after SIGCONT everything reports SERVING again.
 
+use seqsvr_client::tls::Plane;
 use seqsvr_cluster_tests::observe::{scrape, serving, Samples};
 use seqsvr_cluster_tests::{wait_for, Cluster, ClusterOptions, ProcKey, RecordedLoad};
 use seqsvr_core::ids::{NodeId, SetId};
@@ -188,13 +189,13 @@ async fn health_follows_the_quorum_and_the_lease() {
             for key in keys {
                 let addr = cluster.proc(key).addr.clone();
                 wait_for(&format!("{key:?} {what}"), || async {
-                    let now = serving(&addr, "", ASK).await.ok()?;
-                    let service = if matches!(key, ProcKey::Store(..)) {
-                        "seqsvr.v1.StoreService"
+                    let (service, plane) = if matches!(key, ProcKey::Store(..)) {
+                        ("seqsvr.v1.StoreService", Plane::Store)
                     } else {
-                        "seqsvr.v1.SeqService"
+                        ("seqsvr.v1.SeqService", Plane::Client)
                     };
-                    let named = serving(&addr, service, ASK).await.ok()?;
+                    let now = serving(&addr, plane, "", ASK).await.ok()?;
+                    let named = serving(&addr, plane, service, ASK).await.ok()?;
                     (now == want && named == want).then_some(())
                 })
                 .await;

@@ -10,9 +10,7 @@
 use seqsvr_client::store::StoreClient;
 use seqsvr_cluster_tests::history::check;
 use seqsvr_cluster_tests::lost_disk::{add_learner_retrying, member_list, promote_retrying};
-use seqsvr_cluster_tests::{
-    binary, wait_for, Cluster, ClusterOptions, ProcKey, RecordedLoad, WAIT_MAX,
-};
+use seqsvr_cluster_tests::{wait_for, Cluster, ClusterOptions, ProcKey, RecordedLoad, WAIT_MAX};
 use seqsvr_core::ids::{NodeId, SectionId, SetId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -64,9 +62,7 @@ impl Floors {
 /// `seqctl store status --json` rows (whatever its exit code: removed members that are still in
 /// the cluster file are unreachable).
 async fn seqctl_store_status(cluster: &Cluster) -> Option<Vec<serde_json::Value>> {
-    let out = tokio::process::Command::new(binary("seqctl"))
-        .arg("--config")
-        .arg(&cluster.config_path)
+    let out = tokio::process::Command::from(cluster.seqctl())
         .args(["store", "status", "--json"])
         .output()
         .await

@@ -123,10 +123,10 @@ async fn a_deposed_leader_grants_no_lease_while_the_new_one_moves_sections() {
     let t0 = Instant::now();
     let since = |t: Instant| t.duration_since(t0).as_nanos() as u64;
     let mut seq_a = pb::seq_service_client::SeqServiceClient::new(
-        seqsvr_client::store::channel(&a_addr).unwrap(),
+        seqsvr_client::store::alloc_channel(&a_addr).unwrap(),
     );
     let mut seq_b = pb::seq_service_client::SeqServiceClient::new(
-        seqsvr_client::store::channel(&b_addr).unwrap(),
+        seqsvr_client::store::alloc_channel(&b_addr).unwrap(),
     );
     let mut ops = Vec::new();
     let (mut from_a, mut from_b) = (0, 0);

@@ -22,33 +22,8 @@ async fn values_never_go_back_when_an_allocsvr_hands_its_sections_back() {
     cluster.wait_serving(&fresh).await;
     // Wait until both AllocSvrs own sections (the second one took half of the first's).
     let alloc = ProcKey::Alloc(SetId(0), 0);
-    let (mine, theirs) = seqsvr_cluster_tests::wait_for("both AllocSvrs own sections", || {
-        let addr = cluster.proc(alloc).addr.clone();
-        let stale = stale.clone();
-        async move {
-            let _ = stale.current(0, std::time::Duration::from_secs(2)).await;
-            let tables = stale.route_tables();
-            let table = tables.first()?;
-            let size = table.section_size;
-            // Up to 8 uids per owner, spread over its runs.
-            let uids_of = |owner_is_alloc: bool| -> Vec<u64> {
-                let runs = table.entries.iter().filter(|e| (e.addr == addr) == owner_is_alloc);
-                let sections: Vec<u64> = runs
-                    .flat_map(|e| {
-                        let len = e.section_end - e.section_begin;
-                        (0..4).map(move |k| e.section_begin + k * len / 4).collect::<Vec<_>>()
-                    })
-                    .collect();
-                let mut uids: Vec<u64> = sections.iter().map(|s| s * size + 3).collect();
-                uids.dedup();
-                uids.truncate(8);
-                uids
-            };
-            let (mine, theirs) = (uids_of(true), uids_of(false));
-            (!mine.is_empty() && !theirs.is_empty()).then_some((mine, theirs))
-        }
-    })
-    .await;
+    let (mine, theirs) =
+        seqsvr_cluster_tests::uids_by_owner(&stale, &cluster.proc(alloc).addr).await;
     let fresh_uids: Vec<u64> = mine.iter().chain(&theirs).copied().collect();
 
     let t0 = Instant::now();

@@ -4,8 +4,9 @@
 //! Raft between the members, the AllocSvr's registration and advances, and clients all go over
 //! mutual TLS. Then the attacks: an application certificate cannot reach a StoreSvr at all
 //! (another CA), an `alloc` certificate may not call `StoreAdmin`, a member certificate of
-//! another set may not send Raft messages, a plaintext connection gets nothing — and nothing
-//! changed, and every member is still up.
+//! another set may not send Raft messages, another AllocSvr's certificate (or an admin's) may
+//! not heartbeat for or release the running AllocSvr's registration, a plaintext connection gets
+//! nothing — and nothing changed, and every member is still up.
 //!
 //! Processes are started here (not by the plaintext harness); binaries as the harness finds them.
 
@@ -53,12 +54,13 @@ impl Procs {
     }
 }
 
+/// A client of set 0's StoreSvrs (the name their certificates carry) as `who`.
 fn tls(dir: &Path, trust: &str, who: &str) -> ClientTlsConfig {
     let read = |f: &str| std::fs::read(dir.join(f)).expect("certificate file");
     ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(read(trust)))
         .identity(Identity::from_pem(read(&format!("{who}.pem")), read(&format!("{who}.key"))))
-        .domain_name("seqsvr")
+        .domain_name("store-0.seqsvr")
 }
 
 async fn channel(addr: &str, tls: ClientTlsConfig) -> Result<Channel, String> {
@@ -71,6 +73,13 @@ async fn channel(addr: &str, tls: ClientTlsConfig) -> Result<Channel, String> {
         .connect()
         .await
         .map_err(|e| format!("{e:?}"))
+}
+
+/// The leader's leases, asked as the admin.
+async fn leases(addr: &str, certs: &Path) -> pb::LeasesResponse {
+    let ch = channel(addr, tls(certs, "cluster-ca.pem", "admin")).await.expect("admin channel");
+    let mut admin = pb::store_admin_client::StoreAdminClient::new(ch);
+    admin.leases(pb::LeasesRequest {}).await.expect("leases").into_inner()
 }
 
 async fn status(addr: &str, certs: &Path) -> Option<pb::StoreStatusResponse> {
@@ -100,7 +109,7 @@ async fn a_set_over_mutual_tls_serves_and_refuses_the_wrong_identities() {
     let init = Command::new(binary("seqctl"))
         .args(["certs", "init", "--dir"])
         .arg(&certs)
-        .args(["--sets", "2", "--members", "3", "--allocs", "1"])
+        .args(["--sets", "2", "--members", "3", "--allocs", "2"])
         .output()
         .expect("seqctl certs init");
     assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
@@ -253,7 +262,7 @@ async fn a_set_over_mutual_tls_serves_and_refuses_the_wrong_identities() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
-    assert!(err.message().contains("\"alloc-0-1\" (role alloc)"), "{err:?}");
+    assert!(err.message().contains("\"alloc-0-1\" (role alloc of set 0)"), "{err:?}");
 
     // Nor raise max_seq unfenced (alloc_id 0 is an operator's raise).
     let ch = channel(&leader_addr, tls(&certs, "cluster-ca.pem", "alloc-0-1")).await.unwrap();
@@ -282,6 +291,34 @@ async fn a_set_over_mutual_tls_serves_and_refuses_the_wrong_identities() {
     assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
     assert!(err.message().contains("needs role peer of set 0"), "{err:?}");
 
+    // Another AllocSvr's certificate may not act for alloc-0-1's registration: a release would
+    // let its sections move before its lease ends (I3), a heartbeat would keep a dead one's
+    // lease alive. An admin has no registration at all. Refused before anything is proposed.
+    let registered = leases(&leader_addr, &certs).await;
+    let running = registered.allocs.iter().find(|a| a.addr == alloc).expect("alloc-0-1 registered");
+    assert_eq!(running.identity, "alloc-0-1", "the registration records who registered");
+    let running = running.alloc_id;
+    for who in ["alloc-0-2", "admin"] {
+        let ch = channel(&leader_addr, tls(&certs, "cluster-ca.pem", who)).await.unwrap();
+        let mut store = pb::store_service_client::StoreServiceClient::new(ch);
+        let err = store
+            .release_alloc(pb::ReleaseAllocRequest { alloc_id: running })
+            .await
+            .expect_err("a release for another's registration");
+        assert_eq!(err.code(), Code::PermissionDenied, "{who}: {err:?}");
+        let err = store
+            .heartbeat(pb::HeartbeatRequest { alloc_id: running, route_version: 0 })
+            .await
+            .expect_err("a heartbeat for another's registration");
+        assert_eq!(err.code(), Code::PermissionDenied, "{who}: {err:?}");
+    }
+    let ch = channel(&leader_addr, tls(&certs, "cluster-ca.pem", "alloc-0-2")).await.unwrap();
+    let err = pb::store_service_client::StoreServiceClient::new(ch)
+        .release_alloc(pb::ReleaseAllocRequest { alloc_id: running })
+        .await
+        .unwrap_err();
+    assert!(err.message().contains("registered by \"alloc-0-1\""), "{err:?}");
+
     // Plaintext gets nothing at all.
     let plain = Endpoint::from_shared(format!("http://{leader_addr}")).unwrap().connect().await;
     if let Ok(ch) = plain {
@@ -293,6 +330,9 @@ async fn a_set_over_mutual_tls_serves_and_refuses_the_wrong_identities() {
 
     // Nothing changed, and everyone is still up and serving.
     assert_eq!(max_seq("admin").await, before, "no refused call changed max_seq");
+    let still = leases(&leader_addr, &certs).await;
+    let still = still.allocs.iter().find(|a| a.alloc_id == running).expect("still registered");
+    assert!(!still.released && !still.replaced, "a refused release changed the registration");
     assert!(procs.all_running().is_empty(), "died: {:?}", procs.all_running());
     for addr in &stores {
         let s = status(addr, &certs).await.expect("every member answers");

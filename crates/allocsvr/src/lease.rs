@@ -143,7 +143,7 @@ impl Shared {
             section_size: config.section_size,
             entries: Vec::new(),
         };
-        let store = StoreClient::new(&config.stores)?;
+        let store = StoreClient::for_set(config.set_id, &config.stores)?;
         Ok(Arc::new(Shared {
             config,
             inner: Mutex::new(Inner {
@@ -234,7 +234,15 @@ pub async fn lease_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 backoff.reset();
                 install_grant(&shared, alloc, sent_boot, received_boot, reply);
             }
-            Err(status) if matches!(status.code(), Code::NotFound | Code::FailedPrecondition) => {
+            // PERMISSION_DENIED: the registration is not this process's identity's (made before
+            // identities were recorded, or under a certificate name the cluster file no longer
+            // maps): only a new registration gets grants again.
+            Err(status)
+                if matches!(
+                    status.code(),
+                    Code::NotFound | Code::FailedPrecondition | Code::PermissionDenied
+                ) =>
+            {
                 tracing::warn!(alloc = %alloc, reason = %status.message(),
                     "registration lost: stop serving everything and register again");
                 {

@@ -49,6 +49,12 @@ struct Workload {
     /// seqsvr: the cluster config (seeds = the AllocSvrs it lists).
     #[arg(long, default_value = "data/local/cluster.toml")]
     config: PathBuf,
+    /// seqsvr over mutual TLS (the cluster file has `[tls]`): this client's certificate.
+    #[arg(long, env = "SEQSVR_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert.
+    #[arg(long, env = "SEQSVR_TLS_KEY")]
+    tls_key: Option<PathBuf>,
     /// redis: redis://127.0.0.1:6390/ ; postgres: a connection string.
     #[arg(long, default_value = "")]
     url: String,
@@ -495,6 +501,8 @@ mod tests {
             target: TargetKind::Floor,
             label: None,
             config: PathBuf::new(),
+            tls_cert: None,
+            tls_key: None,
             url: String::new(),
             concurrency: 1,
             seconds: 1,

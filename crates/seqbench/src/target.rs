@@ -72,6 +72,13 @@ impl Target {
                 let text = std::fs::read_to_string(&w.config)
                     .with_context(|| format!("reading {}", w.config.display()))?;
                 let config = ClusterConfig::from_toml_str(&text)?;
+                let (cert, key) = (w.tls_cert.as_deref(), w.tls_key.as_deref());
+                seqsvr_client::tls::use_cluster_identity(
+                    config.tls.as_ref(),
+                    &w.config,
+                    cert,
+                    key,
+                )?;
                 let seeds: Vec<String> =
                     config.sets.iter().flat_map(|s| s.allocs.clone()).collect();
                 anyhow::ensure!(!seeds.is_empty(), "{} lists no allocs", w.config.display());

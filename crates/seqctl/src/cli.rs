@@ -74,12 +74,19 @@ pub enum Command {
     /// For container health checks and load balancers: prints `ADDR STATUS`; exit 1 for
     /// NOT_SERVING, UNKNOWN or SERVICE_UNKNOWN, 2 when the server cannot be reached or does not
     /// answer within --timeout-ms. Needs no cluster config.
+    ///
+    /// Over mutual TLS when --tls-cert is given (then --config is read for its `[tls]`; any
+    /// identity the server trusts may ask), else plaintext (a server run with --insecure).
     Health {
         /// host:port of a StoreSvr or AllocSvr.
         addr: String,
         /// The service to ask about; "" (the default) is the server as a whole.
         #[arg(long, default_value = "")]
         service: String,
+        /// Which kind of server ADDR is, for the name its certificate must carry over TLS
+        /// (default: alloc if ADDR is an AllocSvr address in the cluster file, else store).
+        #[arg(long, value_enum)]
+        server: Option<ServerRole>,
     },
     /// Allocate the next sequence of each uid (one line per uid: `UID SEQ`).
     Next {
@@ -114,6 +121,13 @@ pub enum Command {
     Completions { shell: clap_complete::Shell },
 }
 
+/// A server's kind, for the name its certificate carries (`seqctl health --server`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ServerRole {
+    Store,
+    Alloc,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum CertsCommand {
     /// Make a development PKI in DIR and print the `[tls]` block for the cluster file.
@@ -135,7 +149,8 @@ pub enum CertsCommand {
         /// AllocSvr certificates per set.
         #[arg(long, default_value_t = 2)]
         allocs: u32,
-        /// The DNS name every server certificate carries and clients verify.
+        /// The base of the server names: StoreSvr certificates carry `store.<NAME>`, AllocSvr
+        /// certificates `alloc.<NAME>`, and clients check the one of the role they dial.
         #[arg(long, default_value = "seqsvr")]
         server_name: String,
         /// Validity of every certificate, in days.
@@ -288,7 +303,7 @@ mod tests {
     fn health_takes_an_address_and_an_optional_service() {
         let cli = parse(&["health", "127.0.0.1:7101"]).unwrap();
         match cli.command {
-            Command::Health { addr, service } => {
+            Command::Health { addr, service, .. } => {
                 assert_eq!(addr, "127.0.0.1:7101");
                 assert_eq!(service, "");
             }

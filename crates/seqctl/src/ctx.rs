@@ -79,29 +79,18 @@ impl Ctx {
 
     /// With `[tls]` in the cluster file, every channel from now on presents --tls-cert.
     fn use_tls(&self, config: &ClusterConfig) -> Result<(), CtlError> {
-        let path = self.config_path.display();
-        let (tls, cert, key) = match (&config.tls, &self.tls_cert, &self.tls_key) {
-            (None, None, None) => return Ok(()),
-            (None, _, _) => {
-                return Err(CtlError::usage(
-                    format!("--tls-cert/--tls-key given, but {path} has no [tls] section"),
-                    "drop them, or add the [tls] block `seqctl certs init` printed",
-                ))
-            }
-            (Some(tls), Some(cert), Some(key)) => (tls, cert, key),
-            (Some(_), _, _) => {
-                return Err(CtlError::usage(
-                    format!("{path} has a [tls] section: seqctl needs a certificate"),
-                    "pass --tls-cert and --tls-key (or SEQSVR_TLS_CERT/SEQSVR_TLS_KEY), e.g. \
-                     the admin.pem/admin.key of `seqctl certs init`",
-                ))
-            }
-        };
-        let dir = self.config_path.parent().unwrap_or(std::path::Path::new(""));
-        let client = seqsvr_client::tls::ClientTls::from_files(tls, dir, cert, key)
-            .map_err(|e| CtlError::usage(e, "check --tls-cert/--tls-key and the [tls] paths"))?;
-        seqsvr_client::tls::set_process_tls(Some(client));
-        Ok(())
+        use seqsvr_client::tls::{use_cluster_identity, IdentityError};
+        let (cert, key) = (self.tls_cert.as_deref(), self.tls_key.as_deref());
+        use_cluster_identity(config.tls.as_ref(), &self.config_path, cert, key).map_err(|e| {
+            let hint = match e {
+                IdentityError::NotAsked(_) => {
+                    "drop them, or add the [tls] block `seqctl certs init` printed"
+                }
+                IdentityError::Missing(_) => "an admin identity for store commands",
+                IdentityError::Files(_) => "check --tls-cert/--tls-key and the [tls] paths",
+            };
+            CtlError::usage(e.to_string(), hint)
+        })
     }
 }
 
@@ -132,7 +121,7 @@ pub fn members_text(set: &SetConfig) -> String {
 /// A client of the set's Raft group (follows the leader hint).
 pub fn store_client(set: &SetConfig) -> Result<StoreClient, CtlError> {
     let members: Vec<_> = set.stores.iter().map(|m| (m.id, m.addr.clone())).collect();
-    StoreClient::new(&members).map_err(|status| {
+    StoreClient::for_set(set.id, &members).map_err(|status| {
         CtlError::usage(
             format!("set {}: bad store member list: {}", set.id, status.message()),
             "fix the set's `stores` in the cluster config",

@@ -12,20 +12,29 @@
 //! `--addr`); the membership changes themselves go through `StoreClient`, and
 //! [`Cluster::set_removed`] tells the harness which members left.
 //!
+//! Transport security (`DESIGN.md` §10): by default every process serves and dials over mutual
+//! TLS, with the certificates of one development PKI per test process ([`test_pki`], made by
+//! `seqctl certs init`), and this process's own clients (store clients, the SDK, health checks,
+//! `seqctl` run by tests via [`Cluster::seqctl`]) present its `admin` identity.
+//! [`ClusterOptions::tls`] false runs the processes with `--insecure` instead.
+//!
 //! Binaries are found in `SEQSVR_BIN_DIR`, else next to the running executable
 //! (`target/<profile>/`); `scripts/test.sh` builds them first.
 
 use crate::proxy::{Delay, Proxy};
 use seqsvr_client::seq::SeqClient;
 use seqsvr_client::store::{member_status, StoreClient};
-use seqsvr_core::config::{AllocTuning, ClusterConfig, MemberConfig, SetConfig, StoreTuning};
+use seqsvr_core::config::{
+    AllocTuning, ClusterConfig, IdentityEntry, MemberConfig, MemberIdentity, Role, SetConfig,
+    StoreTuning, TlsConfig,
+};
 use seqsvr_core::ids::{NodeId, SectionId, SetId};
 use seqsvr_proto::v1 as pb;
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -52,6 +61,113 @@ pub fn binary(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// The harness's PKI covers sets `0..PKI_SETS`, members `1..=PKI_MEMBERS` of each (members
+/// added later get the next ids) and `PKI_ALLOCS` AllocSvrs per set.
+const PKI_SETS: u64 = 4;
+const PKI_MEMBERS: u64 = 12;
+const PKI_ALLOCS: usize = 8;
+/// A PKI is made for at most a week of runs (its certificates last 30 days).
+const PKI_DAYS: u64 = 30;
+const PKI_REUSE_DAYS: u64 = 7;
+
+/// The development PKI of this test process (one for the process, since a process has one
+/// client identity: [`seqsvr_client::tls::set_process_tls`]). Made once a week by
+/// `seqctl certs init` into the system temp dir and reused by every run of that week (a few
+/// dozen small files, never a growing pile), moved into place whole so concurrent runs agree.
+pub fn test_pki() -> &'static Path {
+    static PKI: OnceLock<PathBuf> = OnceLock::new();
+    PKI.get_or_init(|| {
+        let week = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_secs()
+            / (86_400 * PKI_REUSE_DAYS);
+        // SAFETY: getuid has no preconditions and cannot fail.
+        let uid = unsafe { libc::getuid() };
+        let dir = std::env::temp_dir().join(format!("seqsvr-test-pki-{uid}-{week}"));
+        if dir.join("admin.key").exists() {
+            return dir;
+        }
+        let tmp = tempfile::Builder::new()
+            .prefix("seqsvr-test-pki-new-")
+            .tempdir_in(std::env::temp_dir())
+            .expect("temp dir");
+        let certs = tmp.path().join("certs");
+        let out = Command::new(binary("seqctl"))
+            .args(["certs", "init", "--dir"])
+            .arg(&certs)
+            .args(["--sets", &PKI_SETS.to_string(), "--members", &PKI_MEMBERS.to_string()])
+            .args(["--allocs", &PKI_ALLOCS.to_string(), "--days", &PKI_DAYS.to_string()])
+            .output()
+            .expect("run seqctl certs init");
+        assert!(
+            out.status.success(),
+            "seqctl certs init: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Another run may have won the race: then its PKI is the one.
+        if std::fs::rename(&certs, &dir).is_err() {
+            assert!(dir.join("admin.key").exists(), "no PKI at {}", dir.display());
+        }
+        dir
+    })
+}
+
+/// The `[tls]` section for a cluster of sets `0..sets` on [`test_pki`]: the identities
+/// `seqctl certs init` made for those sets.
+pub fn test_tls_config(sets: u64) -> TlsConfig {
+    assert!(sets <= PKI_SETS, "{sets} sets is beyond the test PKI (raise PKI_SETS)");
+    let pki = test_pki();
+    let path = |name: &str| pki.join(name).display().to_string();
+    let mut identities = BTreeMap::new();
+    for set in 0..sets {
+        for id in 1..=PKI_MEMBERS {
+            let peer = MemberIdentity { role: Role::Peer, set: Some(SetId(set)) };
+            identities.insert(format!("store-{set}-{id}"), IdentityEntry::Member(peer));
+        }
+        for i in 1..=PKI_ALLOCS {
+            let alloc = MemberIdentity { role: Role::Alloc, set: Some(SetId(set)) };
+            identities.insert(format!("alloc-{set}-{i}"), IdentityEntry::Member(alloc));
+        }
+    }
+    identities.insert("admin".into(), IdentityEntry::Role(Role::Admin));
+    identities.insert("client".into(), IdentityEntry::Role(Role::Client));
+    TlsConfig {
+        server_name: "seqsvr".into(),
+        client_ca: path("client-bundle.pem"),
+        store_ca: path("cluster-ca.pem"),
+        peer_ca: path("cluster-ca.pem"),
+        identities,
+    }
+}
+
+/// The [`test_pki`] certificate (file stem = identity) process `key` runs with.
+pub fn identity_of(key: ProcKey) -> String {
+    let (identity, fits) = match key {
+        ProcKey::Store(set, id) => {
+            (format!("store-{set}-{id}"), set.0 < PKI_SETS && id.0 <= PKI_MEMBERS)
+        }
+        ProcKey::Alloc(set, i) => {
+            (format!("alloc-{set}-{}", i + 1), set.0 < PKI_SETS && i < PKI_ALLOCS)
+        }
+    };
+    assert!(fits, "{key:?} is beyond the test PKI (raise PKI_SETS/MEMBERS/ALLOCS)");
+    identity
+}
+
+/// This process's clients present the PKI's `admin` identity from now on.
+fn use_admin_identity(tls: &TlsConfig) {
+    let pki = test_pki();
+    let admin = seqsvr_client::tls::ClientTls::from_files(
+        tls,
+        pki,
+        &pki.join("admin.pem"),
+        &pki.join("admin.key"),
+    )
+    .expect("the test PKI's admin identity");
+    seqsvr_client::tls::set_process_tls(Some(admin));
 }
 
 /// A free TCP port on 127.0.0.1, never handed out twice by this process.
@@ -120,6 +236,9 @@ pub struct ClusterOptions {
     /// `--initial-cluster-state new` and `--created-marker <dir>/set-<S>.created` (one marker per
     /// set, outside the data dirs), so the marker alone tells a lost disk from a new set.
     pub created_marker: bool,
+    /// Mutual TLS everywhere (the default, as in production); false: every process runs with
+    /// `--insecure` (plaintext, no role checks).
+    pub tls: bool,
 }
 
 /// Where Debian's `faketime` package puts the preload library.
@@ -156,6 +275,7 @@ impl Default for ClusterOptions {
             proxied: false,
             faketime: false,
             created_marker: false,
+            tls: true,
         }
     }
 }
@@ -267,9 +387,13 @@ impl Cluster {
             store: options.tuning.clone(),
             alloc: options.alloc.clone(),
             sets,
-            tls: None,
+            tls: options.tls.then(|| test_tls_config(options.sets)),
         };
         config.validate().expect("test cluster config is valid");
+        match &config.tls {
+            Some(tls) => use_admin_identity(tls),
+            None => seqsvr_client::tls::set_process_tls(None),
+        }
         let config_path = dir.path().join("cluster.toml");
         std::fs::write(&config_path, config.to_toml_string()).expect("write cluster.toml");
         // Each process's own view: with proxies, its links to store members go through them.
@@ -351,6 +475,16 @@ impl Cluster {
             .args(["--metrics-addr", &p.metrics_addr])
             .env("RUST_LOG", "info")
             .stdin(Stdio::null());
+        if self.config.tls.is_some() {
+            let identity = identity_of(key);
+            let pki = test_pki();
+            cmd.arg("--tls-cert")
+                .arg(pki.join(format!("{identity}.pem")))
+                .arg("--tls-key")
+                .arg(pki.join(format!("{identity}.key")));
+        } else {
+            cmd.arg("--insecure");
+        }
         if std::env::var_os("SEQSVR_BIN_DIR").is_some() {
             // Binaries picked on purpose (e.g. teeth builds for the checker's own tests).
             cmd.env("SEQSVR_TEETH_BUILD_OK", "1");
@@ -632,7 +766,52 @@ impl Cluster {
         members.sort();
         let members: Vec<(NodeId, String)> =
             members.into_iter().map(|(_, id, addr)| (id, addr)).collect();
-        StoreClient::new(&members).expect("store client")
+        StoreClient::for_set(set, &members).expect("store client")
+    }
+
+    /// `seqctl --config <cluster file>`, with the `admin` identity of [`test_pki`] when the
+    /// cluster runs TLS: add the subcommand and run it.
+    pub fn seqctl(&self) -> Command {
+        let mut c = Command::new(binary("seqctl"));
+        c.arg("--config").arg(&self.config_path);
+        if self.config.tls.is_some() {
+            let pki = test_pki();
+            c.arg("--tls-cert").arg(pki.join("admin.pem"));
+            c.arg("--tls-key").arg(pki.join("admin.key"));
+        }
+        c
+    }
+
+    /// A store client of `set` that presents the certificate of process `key` instead of the
+    /// admin's (an AllocSvr's, to act for its registration); plaintext without TLS.
+    pub fn store_client_as(&self, set: SetId, key: ProcKey) -> StoreClient {
+        let identity = self.config.tls.as_ref().map(|tls| {
+            let (pki, who) = (test_pki(), identity_of(key));
+            seqsvr_client::tls::ClientTls::from_files(
+                tls,
+                pki,
+                &pki.join(format!("{who}.pem")),
+                &pki.join(format!("{who}.key")),
+            )
+            .expect("the test PKI's identity")
+        });
+        let members: Vec<(NodeId, String)> = self
+            .procs
+            .iter()
+            .filter_map(|p| match p.key {
+                ProcKey::Store(s, id) if s == set && !p.removed => Some((id, p.addr.clone())),
+                _ => None,
+            })
+            .collect();
+        StoreClient::new_as(&members, Some(set), identity).expect("store client")
+    }
+
+    /// The AllocSvr of `set` registered at `addr`, if the harness started one there.
+    pub fn alloc_at(&self, set: SetId, addr: &str) -> Option<ProcKey> {
+        self.procs
+            .iter()
+            .find(|p| matches!(p.key, ProcKey::Alloc(s, _) if s == set) && p.addr == addr)
+            .map(|p| p.key)
     }
 
     /// A client SDK seeded with the first AllocSvr of each set.

@@ -29,6 +29,9 @@ pub struct LoadConfig {
     pub sets: Vec<u64>,
     /// How long to wait for the first successful call of every set before the load starts.
     pub connect_wait: Duration,
+    /// This client's certificate and key, when the cluster file has `[tls]`.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
 }
 
 /// One marked step: its name, window and, per set, the longest stretch without a successful
@@ -148,6 +151,8 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<LoadSummary> {
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", cfg.config.display()))?;
     let mut config = ClusterConfig::from_toml_str(&text)
         .map_err(|e| anyhow::anyhow!("in {}: {e}", cfg.config.display()))?;
+    let (cert, key) = (cfg.tls_cert.as_deref(), cfg.tls_key.as_deref());
+    seqsvr_client::tls::use_cluster_identity(config.tls.as_ref(), &cfg.config, cert, key)?;
     if !cfg.sets.is_empty() {
         for id in &cfg.sets {
             anyhow::ensure!(

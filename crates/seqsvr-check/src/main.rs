@@ -77,6 +77,12 @@ enum Command {
         /// How long to wait for every set to serve before the load starts.
         #[arg(long, default_value_t = 60)]
         connect_wait_s: u64,
+        /// This client's certificate, when the cluster file has `[tls]`.
+        #[arg(long, env = "SEQSVR_TLS_CERT")]
+        tls_cert: Option<PathBuf>,
+        /// The private key of --tls-cert.
+        #[arg(long, env = "SEQSVR_TLS_KEY")]
+        tls_key: Option<PathBuf>,
     },
     /// Replay the lost-disk interleaving with real processes: a lagging member plus a member
     /// whose data dir was wiped must not elect a leader that lost a committed max_seq.
@@ -150,7 +156,7 @@ fn lost_disk_command(cfg: LostDiskConfig) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Load { config, out, clients, seed, sets, connect_wait_s } => {
+        Command::Load { config, out, clients, seed, sets, connect_wait_s, tls_cert, tls_key } => {
             let cfg = seqsvr_check::load::LoadConfig {
                 config,
                 out_dir: out.clone(),
@@ -158,6 +164,8 @@ fn main() -> ExitCode {
                 seed,
                 sets,
                 connect_wait: std::time::Duration::from_secs(connect_wait_s),
+                tls_cert,
+                tls_key,
             };
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(rt) => rt,

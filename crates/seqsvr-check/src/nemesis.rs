@@ -722,6 +722,12 @@ async fn zombie_advance(cluster: &Cluster, set: SetId, ctx: &Ctx<'_>) -> anyhow:
         .find(|r| r.section_begin <= section.0 && section.0 < r.section_end && r.settled)
         .ok_or_else(|| anyhow::anyhow!("section {section} is not settled with an owner"))?;
     let (zombie, zombie_epoch) = (run.alloc_id, run.lease_epoch);
+    // The zombie's advance is sent with the zombie's own certificate (only the identity that
+    // registered an AllocSvr may advance for it): the fence, not the role check, is on trial.
+    let zombie_addr = leases.allocs.iter().find(|a| a.alloc_id == zombie).map(|a| a.addr.clone());
+    let zombie_key = zombie_addr
+        .and_then(|addr| cluster.alloc_at(set, &addr))
+        .ok_or_else(|| anyhow::anyhow!("alloc {zombie} is not an AllocSvr the harness started"))?;
     let heir = leases
         .allocs
         .iter()
@@ -766,7 +772,8 @@ async fn zombie_advance(cluster: &Cluster, set: SetId, ctx: &Ctx<'_>) -> anyhow:
         max_seq: Seq(committed + 1000),
         lease_epoch: LeaseEpoch(zombie_epoch),
     }];
-    match store.advance_as(Some(AllocId(zombie)), &advance, WAIT_MAX).await {
+    let as_zombie = cluster.store_client_as(set, zombie_key);
+    match as_zombie.advance_as(Some(AllocId(zombie)), &advance, WAIT_MAX).await {
         Ok(_) => {
             ctx.say("(stale advance ACCEPTED) ".to_string());
             let mut ops = ctx.ops.lock().unwrap_or_else(|e| e.into_inner());

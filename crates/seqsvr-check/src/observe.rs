@@ -127,15 +127,19 @@ fn dechunk(mut body: &str) -> anyhow::Result<String> {
 }
 
 /// A process's `grpc.health.v1` status for `service` ("" = the server as a whole): true when
-/// SERVING. An error when it cannot be asked within `timeout`.
-pub async fn serving(addr: &str, service: &str, timeout: Duration) -> anyhow::Result<bool> {
+/// SERVING. An error when it cannot be asked within `timeout`. `plane`: the server's role
+/// (over TLS when this process has an identity: `seqsvr_client::tls::set_process_tls`).
+pub async fn serving(
+    addr: &str,
+    plane: seqsvr_client::tls::Plane,
+    service: &str,
+    timeout: Duration,
+) -> anyhow::Result<bool> {
     use tonic_health::pb::health_check_response::ServingStatus;
     use tonic_health::pb::health_client::HealthClient;
     let ask = async {
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
-            .connect_timeout(timeout)
-            .connect()
-            .await?;
+        let channel =
+            seqsvr_client::tls::endpoint(addr, plane)?.connect_timeout(timeout).connect().await?;
         let request = tonic_health::pb::HealthCheckRequest { service: service.to_string() };
         let response = HealthClient::new(channel).check(request).await?.into_inner();
         anyhow::Ok(response.status == ServingStatus::Serving as i32)

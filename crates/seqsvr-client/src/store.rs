@@ -5,7 +5,7 @@
 //! [`retryable`] is returned at once: it will not get better by retrying.
 
 use crate::retry::{retryable, RetryPolicy};
-use seqsvr_core::ids::{AllocId, LeaseEpoch, NodeId, SectionId, Seq};
+use seqsvr_core::ids::{AllocId, LeaseEpoch, NodeId, SectionId, Seq, SetId};
 use seqsvr_core::section::SectionRange;
 use seqsvr_core::store::SectionAdvance;
 use seqsvr_proto::v1::store_admin_client::StoreAdminClient;
@@ -35,6 +35,25 @@ pub fn channel(addr: &str) -> Result<Channel, Status> {
 /// [`channel`] for `plane`: over TLS when the process has an identity (`tls::set_process_tls`).
 pub fn channel_on(addr: &str, plane: crate::tls::Plane) -> Result<Channel, Status> {
     let endpoint = crate::tls::endpoint(addr, plane)?;
+    Ok(endpoint.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy())
+}
+
+/// A lazy channel to the AllocSvr at `addr` (the client plane: its certificate must name it an
+/// AllocSvr).
+pub fn alloc_channel(addr: &str) -> Result<Channel, Status> {
+    channel_on(addr, crate::tls::Plane::Client)
+}
+
+/// A lazy channel to the StoreSvr at `addr` as `identity` (`None`: the process's own).
+fn store_channel_as(
+    addr: &str,
+    plane: crate::tls::Plane,
+    identity: Option<&crate::tls::ClientTls>,
+) -> Result<Channel, Status> {
+    let endpoint = match identity {
+        Some(tls) => crate::tls::endpoint_with(addr, plane, Some(tls))?,
+        None => crate::tls::endpoint(addr, plane)?,
+    };
     Ok(endpoint.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy())
 }
 
@@ -81,10 +100,32 @@ pub struct StoreClient {
     members: Mutex<Vec<Member>>,
     /// Index into `members` of the presumed leader.
     leader: Mutex<usize>,
+    /// The identity every channel presents when not the process's own.
+    identity: Option<crate::tls::ClientTls>,
+    /// `Plane::SetStore` when the set is known (only its members' certificates are accepted).
+    plane: crate::tls::Plane,
 }
 
 impl StoreClient {
+    /// Over TLS, any set's StoreSvr certificate is accepted: prefer [`StoreClient::for_set`].
     pub fn new(members: &[(NodeId, String)]) -> Result<StoreClient, Status> {
+        StoreClient::new_as(members, None, None)
+    }
+
+    /// A client of set `set`'s members: over TLS only that set's StoreSvr certificates are
+    /// accepted (`store-<set>.<server_name>`).
+    pub fn for_set(set: SetId, members: &[(NodeId, String)]) -> Result<StoreClient, Status> {
+        StoreClient::new_as(members, Some(set), None)
+    }
+
+    /// [`StoreClient::for_set`] (or [`StoreClient::new`] without a set) presenting `identity`
+    /// instead of the process's identity.
+    pub fn new_as(
+        members: &[(NodeId, String)],
+        set: Option<SetId>,
+        identity: Option<crate::tls::ClientTls>,
+    ) -> Result<StoreClient, Status> {
+        let plane = set.map_or(crate::tls::Plane::Store, crate::tls::Plane::SetStore);
         if members.is_empty() {
             return Err(Status::invalid_argument(
                 "a store client needs at least one member address",
@@ -92,9 +133,12 @@ impl StoreClient {
         }
         let members = members
             .iter()
-            .map(|(id, addr)| Ok(Member { id: *id, addr: addr.clone(), channel: channel(addr)? }))
+            .map(|(id, addr)| {
+                let channel = store_channel_as(addr, plane, identity.as_ref())?;
+                Ok(Member { id: *id, addr: addr.clone(), channel })
+            })
             .collect::<Result<Vec<_>, Status>>()?;
-        Ok(StoreClient { members: Mutex::new(members), leader: Mutex::new(0) })
+        Ok(StoreClient { members: Mutex::new(members), leader: Mutex::new(0), identity, plane })
     }
 
     /// The member currently presumed to lead.
@@ -124,7 +168,7 @@ impl StoreClient {
         if let Some(i) = by_id.or_else(|| members.iter().position(|m| m.addr == addr)) {
             return Some(i);
         }
-        let channel = channel(addr).ok()?;
+        let channel = store_channel_as(addr, self.plane, self.identity.as_ref()).ok()?;
         members.push(Member { id: id.unwrap_or(NodeId(0)), addr: addr.to_string(), channel });
         Some(members.len() - 1)
     }

@@ -2,8 +2,9 @@
 //!
 //! A process has one identity (its certificate and key), so it is set once for the process
 //! ([`set_process_tls`], at start, before any channel is opened); each channel then trusts the
-//! CA bundle of the plane it dials ([`Plane`]) and checks the server's certificate against the
-//! cluster's `server_name` (addresses are IPs). Without it, channels are plaintext `http://`.
+//! CA bundle of the plane it dials ([`Plane`]) and checks the server's certificate for the name
+//! of the role it means to reach (`alloc.<server_name>` or `store.<server_name>`: addresses are
+//! IPs, and one CA issues both roles). Without it, channels are plaintext `http://`.
 //! Files are read once: a certificate rotated on disk is used by a process started after it.
 
 use rustls_pki_types::pem::PemObject as _;
@@ -17,10 +18,13 @@ use tonic::Status;
 /// The plane a channel dials, which decides the CA bundle its server is checked against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Plane {
-    /// An AllocSvr's `SeqService`: `client_ca`.
+    /// An AllocSvr's `SeqService` (its certificate checked against `store_ca`).
     Client,
-    /// A StoreSvr's `StoreService`/`StoreAdmin`: `store_ca`.
+    /// A StoreSvr's `StoreService`/`StoreAdmin`: `store_ca`; any set's StoreSvr.
     Store,
+    /// A StoreSvr of this set only (`store-<set>.<server_name>`): for clients that know which
+    /// set they dial (an AllocSvr), so a store of another set cannot answer for this one.
+    SetStore(seqsvr_core::ids::SetId),
 }
 
 /// A process's client identity and the CA bundles it trusts (PEM).
@@ -98,14 +102,62 @@ impl ClientTls {
 
     /// The tonic TLS settings for dialling `plane`.
     pub fn config(&self, plane: Plane) -> ClientTlsConfig {
-        let ca = match plane {
-            Plane::Client => &self.client_ca_pem,
-            Plane::Store => &self.store_ca_pem,
+        let (ca, name) = match plane {
+            // AllocSvrs are store-plane members: their certificates chain to `store_ca`, and
+            // the client bundle (which may hold the applications' CA) never vouches for one.
+            Plane::Client => {
+                (&self.store_ca_pem, seqsvr_core::config::alloc_server_name(&self.server_name))
+            }
+            Plane::Store => {
+                (&self.store_ca_pem, seqsvr_core::config::store_server_name(&self.server_name))
+            }
+            Plane::SetStore(set) => (
+                &self.store_ca_pem,
+                seqsvr_core::config::set_store_server_name(&self.server_name, set),
+            ),
         };
         ClientTlsConfig::new()
             .ca_certificate(Certificate::from_pem(ca))
             .identity(Identity::from_pem(&self.cert_pem, &self.key_pem))
-            .domain_name(self.server_name.clone())
+            .domain_name(name)
+    }
+}
+
+/// Why a client process cannot take the identity its flags and cluster file describe.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    #[error("--tls-cert/--tls-key given, but {0} has no [tls] section")]
+    NotAsked(String),
+    #[error(
+        "{0} has a [tls] section: this client needs a certificate (--tls-cert and --tls-key, or \
+         SEQSVR_TLS_CERT/SEQSVR_TLS_KEY; e.g. the admin.pem/admin.key of `seqctl certs init`)"
+    )]
+    Missing(String),
+    #[error("{0}")]
+    Files(String),
+}
+
+/// For client tools (seqctl, seqbench, seqcheck): with `[tls]` in the cluster file, every
+/// channel from now on presents `cert`/`key`; without it, channels stay plaintext. A
+/// certificate without `[tls]`, or `[tls]` without one, is an error (never silently ignored).
+pub fn use_cluster_identity(
+    tls: Option<&TlsConfig>,
+    cluster_file: &Path,
+    cert: Option<&Path>,
+    key: Option<&Path>,
+) -> Result<(), IdentityError> {
+    let file = || cluster_file.display().to_string();
+    match (tls, cert, key) {
+        (None, None, None) => Ok(()),
+        (None, _, _) => Err(IdentityError::NotAsked(file())),
+        (Some(tls), Some(cert), Some(key)) => {
+            let dir = cluster_file.parent().unwrap_or(Path::new(""));
+            let client =
+                ClientTls::from_files(tls, dir, cert, key).map_err(IdentityError::Files)?;
+            set_process_tls(Some(client));
+            Ok(())
+        }
+        (Some(_), _, _) => Err(IdentityError::Missing(file())),
     }
 }
 
@@ -127,7 +179,13 @@ pub fn endpoint(addr: &str, plane: Plane) -> Result<Endpoint, Status> {
     endpoint_with(addr, plane, process_tls().as_ref())
 }
 
-fn endpoint_with(addr: &str, plane: Plane, tls: Option<&ClientTls>) -> Result<Endpoint, Status> {
+/// [`endpoint`] with an explicit identity instead of the process's (`None`: plaintext): for a
+/// process that acts as more than one identity (the test harness acting as an AllocSvr).
+pub fn endpoint_with(
+    addr: &str,
+    plane: Plane,
+    tls: Option<&ClientTls>,
+) -> Result<Endpoint, Status> {
     let bad =
         |e: tonic::transport::Error| Status::invalid_argument(format!("bad address {addr:?}: {e}"));
     match tls {

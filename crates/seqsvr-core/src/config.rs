@@ -350,10 +350,16 @@ impl SetConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsConfig {
-    /// The DNS name every server certificate carries as a SAN; clients verify it (they dial
-    /// IP addresses, so the name, not the address, is what is checked).
+    /// The base of the DNS names server certificates carry as SANs, one per server role:
+    /// `store.<server_name>` for StoreSvrs, `alloc.<server_name>` for AllocSvrs
+    /// ([`TlsConfig::store_server_name`]). Clients dial IP addresses and check the name of the
+    /// role they mean to reach, so an AllocSvr's certificate cannot pose as a StoreSvr (or the
+    /// other way round) even though one CA issued both.
     pub server_name: String,
-    /// CA bundle of the client plane: clients and admins → AllocSvr (`SeqService`).
+    /// CA bundle of the client plane: what AllocSvrs verify clients and admins against
+    /// (`SeqService`). Clients verify the AllocSvrs' own certificates against `store_ca`
+    /// instead (AllocSvrs are members of the store plane): whoever issues application
+    /// certificates must never vouch for a server.
     pub client_ca: String,
     /// CA bundle of the store plane: AllocSvr and admin → StoreSvr (`StoreService`, `StoreAdmin`).
     pub store_ca: String,
@@ -407,7 +413,8 @@ pub enum IdentityEntry {
 #[serde(deny_unknown_fields)]
 pub struct MemberIdentity {
     pub role: Role,
-    /// The set a `peer` belongs to (required for peers, refused for the other roles).
+    /// The set a `peer` belongs to (required), or an `alloc` (optional: then it may use only
+    /// that set's StoreSvrs); refused for the other roles.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub set: Option<SetId>,
 }
@@ -437,7 +444,32 @@ pub enum IdentityError {
     Ambiguous(Vec<String>),
 }
 
+/// The DNS name a StoreSvr's certificate carries and everyone dialling a StoreSvr checks.
+pub fn store_server_name(base: &str) -> String {
+    format!("store.{base}")
+}
+
+/// The DNS name an AllocSvr's certificate carries and everyone dialling an AllocSvr checks.
+pub fn alloc_server_name(base: &str) -> String {
+    format!("alloc.{base}")
+}
+
+/// The DNS name a StoreSvr of set `set` carries besides [`store_server_name`]: what a client
+/// that knows which set it dials (an AllocSvr, a member dialling its peers) checks, so a store
+/// of another set cannot answer for this one.
+pub fn set_store_server_name(base: &str, set: SetId) -> String {
+    format!("store-{set}.{base}")
+}
+
 impl TlsConfig {
+    pub fn store_server_name(&self) -> String {
+        store_server_name(&self.server_name)
+    }
+
+    pub fn alloc_server_name(&self) -> String {
+        alloc_server_name(&self.server_name)
+    }
+
     fn validate(&self, set_ids: &BTreeSet<SetId>) -> Result<(), ConfigError> {
         if !is_dns_name(&self.server_name) {
             return invalid(format!(
@@ -458,10 +490,14 @@ impl TlsConfig {
             if name.is_empty() {
                 return invalid("tls.identities: an identity name is empty");
             }
-            if name.eq_ignore_ascii_case(&self.server_name) {
+            let mut shared =
+                vec![self.server_name.clone(), self.store_server_name(), self.alloc_server_name()];
+            shared.extend(set_ids.iter().map(|&s| set_store_server_name(&self.server_name, s)));
+            if shared.iter().any(|s| name.eq_ignore_ascii_case(s)) {
                 return invalid(format!(
-                    "tls.identities: {name:?} is the server_name every server certificate carries; \
-                     it cannot name one identity"
+                    "tls.identities: {name:?} is a server name every certificate of a role \
+                     carries (server_name, store.<server_name>, store-<set>.<server_name> or \
+                     alloc.<server_name>); it cannot name one identity"
                 ));
             }
             match (entry.role(), entry.set()) {
@@ -470,12 +506,15 @@ impl TlsConfig {
                         "tls.identities: peer {name:?} must name its set: {{ role = \"peer\", set = N }}"
                     ))
                 }
-                (Role::Peer, Some(set)) if !set_ids.contains(&set) => {
-                    return invalid(format!("tls.identities: peer {name:?} names set {set}, which does not exist"))
-                }
-                (role, Some(_)) if role != Role::Peer => {
+                (Role::Peer | Role::Alloc, Some(set)) if !set_ids.contains(&set) => {
                     return invalid(format!(
-                        "tls.identities: {name:?} has role {role}; only a peer belongs to a set"
+                        "tls.identities: {name:?} names set {set}, which does not exist"
+                    ))
+                }
+                (role, Some(_)) if !matches!(role, Role::Peer | Role::Alloc) => {
+                    return invalid(format!(
+                        "tls.identities: {name:?} has role {role}; only a peer or an alloc \
+                         belongs to a set"
                     ))
                 }
                 _ => {}
@@ -612,6 +651,7 @@ peer_ca = "certs/peer-ca.pem"
 [tls.identities]
 "app-1" = "client"
 "alloc" = "alloc"
+"alloc-1" = { role = "alloc", set = 1 }
 "admin" = "admin"
 "store-0" = { role = "peer", set = 0 }
 "store-1" = { role = "peer", set = 1 }
@@ -626,6 +666,7 @@ peer_ca = "certs/peer-ca.pem"
         assert_eq!(tls.identities["store-1"].role(), Role::Peer);
         assert_eq!(tls.identities["store-1"].set(), Some(SetId(1)));
         assert_eq!(tls.identities["admin"].set(), None);
+        assert_eq!(tls.identities["alloc-1"].set(), Some(SetId(1)));
         let again = ClusterConfig::from_toml_str(&c.to_toml_string()).unwrap();
         assert_eq!(again, c);
         assert!(ClusterConfig::from_toml_str(GOOD).unwrap().tls.is_none(), "[tls] is optional");
@@ -637,7 +678,8 @@ peer_ca = "certs/peer-ca.pem"
         rejects(&with(r#""x" = "root""#), "untagged");
         rejects(&with(r#""x" = "peer""#), "must name its set");
         rejects(&with(r#""x" = { role = "peer", set = 7 }"#), "does not exist");
-        rejects(&with(r#""x" = { role = "client", set = 0 }"#), "only a peer");
+        rejects(&with(r#""x" = { role = "client", set = 0 }"#), "only a peer or an alloc");
+        rejects(&with(r#""x" = { role = "alloc", set = 7 }"#), "does not exist");
         rejects(&with(r#""seqsvr" = "admin""#), "server_name");
         rejects(&format!("{GOOD}{}", TLS.replace(r#""seqsvr""#, r#""bad name""#)), "DNS name");
         rejects(&format!("{GOOD}{}", TLS.replace(r#""certs/peer-ca.pem""#, r#""""#)), "peer_ca");

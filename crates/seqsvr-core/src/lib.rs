@@ -21,6 +21,7 @@ pub mod config;
 pub mod ids;
 pub mod idscheme;
 pub mod lease;
+pub mod raft_wire;
 pub mod section;
 pub mod store;
 pub mod teeth;

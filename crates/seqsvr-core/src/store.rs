@@ -42,7 +42,13 @@ pub enum Command {
     AdvanceMaxSeq { alloc: Option<AllocId>, sections: Vec<SectionAdvance> },
     /// A new AllocSvr incarnation at `addr`. An older registration with the same address is
     /// marked replaced: it is never granted again and its sections are handed over.
-    RegisterAlloc { addr: String },
+    /// `identity`: the certificate identity that registered (`None` on a plaintext cluster);
+    /// only that identity may later act for the registration (`ControlState::check_holder`).
+    RegisterAlloc {
+        addr: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        identity: Option<String>,
+    },
     /// Give section ranges to AllocSvrs under one new lease epoch. `settled`: the arbiter knows
     /// every previous owner's lease is over, so the new owner may serve at once.
     Assign { moves: Vec<(SectionRange, AllocId)>, settled: bool },
@@ -200,6 +206,14 @@ pub enum Rejected {
     StaleLeaseChange { after_change: u64, lease_changes: u64 },
     #[error("invalid lease: {0}")]
     InvalidLease(String),
+    /// A registration at an address whose current registration another certificate identity
+    /// made: replacing it would take that AllocSvr's sections away (fenced, but an outage).
+    #[error(
+        "address {addr} is held by alloc {alloc}, registered by identity {holder:?}: another \
+         identity cannot replace it (it registers again once that registration expired and was \
+         forgotten, or under the holder's own certificate)"
+    )]
+    AddrHeld { addr: String, alloc: AllocId, holder: String },
     /// A counter (`what`) would pass `u64::MAX`: refused rather than wrapped or panicking.
     #[error("{what} is exhausted (at u64::MAX); the command changed nothing")]
     Exhausted { what: String },
@@ -248,6 +262,22 @@ pub struct AllocRecord {
     /// The AllocSvr released its sections and serves nothing any more (`ReleaseAlloc`).
     #[serde(default)]
     pub released: bool,
+    /// The certificate identity that registered; `None` when registered over plaintext.
+    /// Fixed for the life of the registration (ids are never reused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
+}
+
+/// Why a caller may not act for an AllocSvr registration (`ControlState::check_holder`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HolderRefused {
+    #[error("alloc {0} is not registered (or its registration is not applied here yet)")]
+    Unknown(AllocId),
+    #[error(
+        "identity {caller:?} may not act for alloc {alloc}: it was registered by {}",
+        registered.as_deref().map_or("a plaintext (identity-less) caller".to_string(), |r| format!("{r:?}"))
+    )]
+    NotTheHolder { alloc: AllocId, caller: String, registered: Option<String> },
 }
 
 /// The arbiter's replicated state. Small (a few runs per AllocSvr): persisted as one record.
@@ -287,6 +317,26 @@ impl ControlState {
     /// An alloc that may hold sections: registered, not replaced, not released.
     pub fn is_current(&self, alloc: AllocId) -> bool {
         self.allocs.get(&alloc).is_some_and(|r| !r.replaced && !r.released)
+    }
+
+    /// May the caller with certificate identity `caller` act for `alloc` (heartbeat, fenced
+    /// advance, release)? `None`: a plaintext server, where there is no identity to check.
+    /// Exact wherever the registration is present: its identity never changes. Absent, the
+    /// answer is "unknown" — never "yes", as the registration may not be applied here yet.
+    pub fn check_holder(&self, alloc: AllocId, caller: Option<&str>) -> Result<(), HolderRefused> {
+        let Some(caller) = caller.filter(|_| !crate::teeth::NO_HOLDER_CHECK) else {
+            return Ok(());
+        };
+        let record = self.allocs.get(&alloc).ok_or(HolderRefused::Unknown(alloc))?;
+        if record.identity.as_deref() == Some(caller) {
+            Ok(())
+        } else {
+            Err(HolderRefused::NotTheHolder {
+                alloc,
+                caller: caller.to_string(),
+                registered: record.identity.clone(),
+            })
+        }
     }
 
     /// The route table: each run's owner and its address, in section order.
@@ -372,8 +422,22 @@ impl StoreState {
     pub fn apply(&mut self, command: &Command) -> ApplyOutcome {
         match command {
             Command::AdvanceMaxSeq { alloc, sections } => self.advance(*alloc, sections),
-            Command::RegisterAlloc { addr } => {
+            Command::RegisterAlloc { addr, identity } => {
                 let c = &mut self.control;
+                // Only the identity that made an address's current registration may replace it
+                // (a restart of the same AllocSvr); registrations without one (plaintext, or
+                // made before identities were recorded) may be replaced by anyone, as before.
+                let held = c.allocs.iter().find(|(_, r)| {
+                    r.addr == *addr
+                        && !r.replaced
+                        && !r.released
+                        && r.identity.as_ref().is_some_and(|h| Some(h) != identity.as_ref())
+                });
+                if let (Some((&alloc, r)), Some(_)) = (held, identity) {
+                    let holder = r.identity.clone().unwrap_or_default();
+                    let addr = addr.clone();
+                    return ApplyOutcome::control(Err(Rejected::AddrHeld { addr, alloc, holder }));
+                }
                 let id = match bump(c.last_alloc_id, "the alloc id space") {
                     Ok(id) => id,
                     Err(e) => return ApplyOutcome::control(Err(e)),
@@ -390,6 +454,7 @@ impl StoreState {
                         draining: false,
                         replaced: false,
                         released: false,
+                        identity: identity.clone(),
                     },
                 );
                 ApplyOutcome::control(Ok(Applied::Registered(id)))
@@ -655,7 +720,7 @@ mod tests {
     }
 
     fn registered(s: &mut StoreState, addr: &str) -> AllocId {
-        match s.apply(&Command::RegisterAlloc { addr: addr.into() }).result {
+        match s.apply(&Command::RegisterAlloc { addr: addr.into(), identity: None }).result {
             Ok(Applied::Registered(id)) => id,
             other => panic!("{other:?}"),
         }
@@ -667,6 +732,51 @@ mod tests {
             Ok(Applied::Assigned { lease_epoch }) => lease_epoch.0,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn only_the_registering_identity_acts_for_a_registration() {
+        let mut s = StoreState::new();
+        let reg = Command::RegisterAlloc { addr: "a:1".into(), identity: Some("alloc-a".into()) };
+        let Ok(Applied::Registered(a)) = s.apply(&reg).result else { panic!("not registered") };
+        let plain = registered(&mut s, "b:1");
+        let c = s.control();
+        assert_eq!(c.check_holder(a, Some("alloc-a")), Ok(()));
+        assert_eq!(c.check_holder(a, None), Ok(()), "plaintext: nothing to check");
+        assert!(matches!(
+            c.check_holder(a, Some("alloc-b")),
+            Err(HolderRefused::NotTheHolder { registered: Some(r), .. }) if r == "alloc-a"
+        ));
+        assert!(matches!(
+            c.check_holder(plain, Some("alloc-a")),
+            Err(HolderRefused::NotTheHolder { registered: None, .. })
+        ));
+        assert_eq!(
+            c.check_holder(AllocId(99), Some("alloc-a")),
+            Err(HolderRefused::Unknown(AllocId(99)))
+        );
+        // The identity survives the log and the persisted control state, and a record written
+        // before identities existed decodes as identity-less.
+        assert_eq!(Command::decode(&reg.encode()).unwrap(), reg);
+        let back = ControlState::decode(&c.encode()).unwrap();
+        assert_eq!(back.allocs[&a].identity.as_deref(), Some("alloc-a"));
+        // Another identity cannot take over a1's address (and with it a1's sections); the same
+        // identity can (a restart), and so can anyone where the holder had no identity.
+        let other = Command::RegisterAlloc { addr: "a:1".into(), identity: Some("alloc-b".into()) };
+        let out = s.apply(&other);
+        assert!(matches!(out.result, Err(Rejected::AddrHeld { alloc, .. }) if alloc == a));
+        assert!(!out.control_changed);
+        assert!(!s.control().allocs[&a].replaced);
+        let Ok(Applied::Registered(a2)) = s.apply(&reg).result else { panic!("restart refused") };
+        assert!(s.control().allocs[&a].replaced && !s.control().allocs[&a2].replaced);
+        let on_plain = Command::RegisterAlloc { addr: "b:1".into(), identity: Some("x".into()) };
+        assert!(matches!(s.apply(&on_plain).result, Ok(Applied::Registered(_))));
+        assert!(s.control().allocs[&plain].replaced);
+        let old = br#"{"RegisterAlloc":{"addr":"c:1"}}"#;
+        assert_eq!(
+            Command::decode(old).unwrap(),
+            Command::RegisterAlloc { addr: "c:1".into(), identity: None }
+        );
     }
 
     #[test]
@@ -796,7 +906,10 @@ mod tests {
         let r = SectionRange::new(SectionId(5), SectionId(6)).unwrap();
         let lease = LeaseConfig { lease_ms: 3000, margin_ms: 300 };
         let cases: Vec<(StoreState, Command)> = vec![
-            (full(|c| c.last_alloc_id = u64::MAX), Command::RegisterAlloc { addr: "b:1".into() }),
+            (
+                full(|c| c.last_alloc_id = u64::MAX),
+                Command::RegisterAlloc { addr: "b:1".into(), identity: None },
+            ),
             (
                 full(|c| c.last_lease_epoch = LeaseEpoch(u64::MAX)),
                 Command::Assign { moves: vec![(r, a)], settled: false },
@@ -814,6 +927,7 @@ mod tests {
                             draining: false,
                             replaced: true,
                             released: false,
+                            identity: None,
                         },
                     );
                     c.route_version = RouteVersion(u64::MAX);
@@ -960,7 +1074,7 @@ mod tests {
                 let r = SectionRange::new(SectionId(section), SectionId(end)).unwrap();
                 let lease_epoch = state.control().last_lease_epoch;
                 let command = match kind {
-                    0 => Command::RegisterAlloc { addr: format!("127.0.0.1:{}", 7200 + who) },
+                    0 => Command::RegisterAlloc { addr: format!("127.0.0.1:{}", 7200 + who), identity: None },
                     1 => Command::Assign { moves: vec![(r, alloc)], settled: false },
                     2 => Command::Assign { moves: vec![(r, alloc)], settled: true },
                     3 => Command::Settle { lease_epoch },

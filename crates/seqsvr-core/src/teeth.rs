@@ -36,6 +36,9 @@
 //! - `teeth-release-before-stop`: on SIGTERM the AllocSvr hands its sections back
 //!   (`ReleaseAlloc`) first and goes on serving its current lease for a while, instead of
 //!   stopping first: the store moves the sections at once and two AllocSvrs serve them.
+//! - `teeth-no-holder-check`: the store accepts a heartbeat, fenced advance or release for an
+//!   AllocSvr registration from any `alloc` identity, not only the one that registered it: a
+//!   release from another AllocSvr's certificate moves the sections while their owner serves.
 
 /// Whether the arbiter's waits are cut short (see the module doc).
 pub const NO_LEASE_WAIT: bool = cfg!(feature = "teeth-no-lease-wait");
@@ -57,9 +60,11 @@ pub const NO_READINDEX_BEFORE_GRANT: bool = cfg!(feature = "teeth-no-readindex-b
 pub const NO_CONTROL_PERSIST: bool = cfg!(feature = "teeth-no-control-persist");
 /// Whether a shutting-down AllocSvr releases before it stops serving (see the module doc).
 pub const RELEASE_BEFORE_STOP: bool = cfg!(feature = "teeth-release-before-stop");
+/// Whether any `alloc` identity may act for any registration (see the module doc).
+pub const NO_HOLDER_CHECK: bool = cfg!(feature = "teeth-no-holder-check");
 
 /// Every switch and its feature name, so a new one is listed in exactly one more place.
-const ALL: [(bool, &str); 10] = [
+const ALL: [(bool, &str); 11] = [
     (NO_LEASE_WAIT, "teeth-no-lease-wait"),
     (NO_FENCING, "teeth-no-fencing"),
     (BOOTSTRAP_EMPTY_VOTER, "teeth-bootstrap-empty-voter"),
@@ -70,6 +75,7 @@ const ALL: [(bool, &str); 10] = [
     (NO_READINDEX_BEFORE_GRANT, "teeth-no-readindex-before-grant"),
     (NO_CONTROL_PERSIST, "teeth-no-control-persist"),
     (RELEASE_BEFORE_STOP, "teeth-release-before-stop"),
+    (NO_HOLDER_CHECK, "teeth-no-holder-check"),
 ];
 
 /// The teeth compiled into this build.

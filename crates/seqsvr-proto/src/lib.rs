@@ -72,7 +72,8 @@ pub const RAFT_MESSAGE_MAX_BYTES: usize = 256 * MIB;
 /// (H, M, S, m, u, n). Servers use it to answer before the caller's own deadline.
 pub fn parse_grpc_timeout(text: &str) -> Option<std::time::Duration> {
     use std::time::Duration;
-    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+    // Checked: a last character of more than one byte is no unit (found by fuzzing).
+    let (digits, unit) = text.split_at_checked(text.len().checked_sub(1)?)?;
     let n: u64 = digits.parse().ok()?;
     Some(match unit {
         "H" => Duration::from_secs(n.saturating_mul(3600)),
@@ -109,5 +110,14 @@ mod tests {
         assert_eq!(parse_grpc_timeout("S"), None);
         assert_eq!(parse_grpc_timeout(""), None);
         assert_eq!(parse_grpc_timeout("10x"), None);
+    }
+
+    /// Regression (fuzz/fuzz_targets/proto_messages.rs, crash input `1\u{2ca}`): a last
+    /// character of more than one byte made `split_at` panic off a char boundary.
+    #[test]
+    fn grpc_timeouts_ending_in_a_multibyte_character_do_not_parse() {
+        assert_eq!(parse_grpc_timeout("1\u{2ca}"), None);
+        assert_eq!(parse_grpc_timeout("\u{e9}"), None);
+        assert_eq!(parse_grpc_timeout("15\u{1f600}"), None);
     }
 }

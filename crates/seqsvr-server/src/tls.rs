@@ -499,6 +499,22 @@ impl Grant {
         Grant { plane: Plane::Peer, role: Role::Peer, set: Some(set) }
     }
 
+    const fn alloc_of(set: SetId) -> Grant {
+        Grant { plane: Plane::Store, role: Role::Alloc, set: Some(set) }
+    }
+
+    /// Does an identity with `entry` fit this grant? A grant for a set needs an identity of that
+    /// set; an `alloc` identity that names no set (written before allocs named theirs) may act
+    /// in any set.
+    fn fits(&self, entry: &IdentityEntry) -> bool {
+        self.role == entry.role()
+            && match (self.set, entry.set()) {
+                (None, _) => true,
+                (Some(want), Some(have)) => want == have,
+                (Some(_), None) => entry.role() == Role::Alloc,
+            }
+    }
+
     fn text(&self) -> String {
         match self.set {
             Some(set) => format!("{} of set {set}", self.role),
@@ -531,10 +547,11 @@ pub fn need_for(kind: ServerKind, call: &str) -> Option<Need> {
         (ServerKind::AllocSvr, "seqsvr.v1.SeqService" | "seqsvr.v1.IdService") => {
             one_of(&[Grant::of(Plane::Client, Role::Client), Grant::of(Plane::Client, Role::Admin)])
         }
-        // `seqctl store get/advance` use StoreService as an admin; an AllocSvr acting only
-        // for its own registration and sections is for the handler to check (not yet).
-        (ServerKind::StoreSvr { .. }, "seqsvr.v1.StoreService") => {
-            one_of(&[Grant::of(Plane::Store, Role::Alloc), Grant::of(Plane::Store, Role::Admin)])
+        // `seqctl store get/advance` use StoreService as an admin; an AllocSvr only in its own
+        // set, and that it acts only for its own registration is checked by the handler
+        // (`alloc_identity`, then the store's `ControlState::check_holder`).
+        (ServerKind::StoreSvr { set }, "seqsvr.v1.StoreService") => {
+            one_of(&[Grant::alloc_of(set), Grant::of(Plane::Store, Role::Admin)])
         }
         // A member starting a new set asks its peers' Status (lib.rs::refuse_new_if_the_set_exists).
         (ServerKind::StoreSvr { set }, "seqsvr.v1.StoreAdmin")
@@ -585,10 +602,7 @@ pub fn authorize(
         }
     };
     let who = describe(&name, &entry);
-    let fits: Vec<&Grant> = grants
-        .iter()
-        .filter(|g| g.role == entry.role() && (g.set.is_none() || g.set == entry.set()))
-        .collect();
+    let fits: Vec<&Grant> = grants.iter().filter(|g| g.fits(&entry)).collect();
     if fits.is_empty() {
         let needs: Vec<String> = grants.iter().map(Grant::text).collect();
         return Err(format!("{who} may not call {call}: needs role {}", needs.join(" or ")));
@@ -725,6 +739,30 @@ pub fn require_admin<T>(request: &tonic::Request<T>, what: &str) -> Result<(), t
     }
 }
 
+/// For the StoreService calls an AllocSvr makes for its own registration (register, heartbeat,
+/// fenced advance, release): the caller's identity, which the store checks against the one that
+/// registered (`ControlState::check_holder`). `None` over plaintext. Any role but `alloc` is
+/// refused: an admin has no registration of its own, and acting for another's — a release
+/// above all, which lets its sections move before its lease ends — would break I3.
+pub fn alloc_identity<T>(
+    request: &tonic::Request<T>,
+    what: &str,
+) -> Result<Option<String>, tonic::Status> {
+    match request.extensions().get::<Caller>() {
+        None => Ok(None),
+        Some(c) if c.role == Role::Alloc => Ok(Some(c.name.clone())),
+        Some(c) => {
+            let message = format!(
+                "identity {:?} (role {}) may not make {what}: only an AllocSvr (role alloc) does, \
+                 for its own registration",
+                c.name, c.role
+            );
+            tracing::warn!(target: AUDIT_TARGET, "PERMISSION_DENIED: {message}");
+            Err(tonic::Status::permission_denied(message))
+        }
+    }
+}
+
 /// One admin call's audit line, written once its gRPC status is known (or it is dropped).
 struct Audit {
     who: String,
@@ -788,13 +826,24 @@ impl http_body::Body for AuditBody {
 }
 
 /// The client side for dialling `plane`: trust that plane's CA bundle, present this process's
-/// certificate, and check the server's certificate against `server_name` (addresses are IPs).
+/// certificate, and check the server's certificate for the name of the role that serves the
+/// plane (`alloc.<server_name>` on the client plane, `store.<server_name>` on the store and peer
+/// planes; addresses are IPs, and one CA may issue both roles).
 /// Files are read now: a long-lived channel keeps the identity it was built with.
+/// `set`: the set of the StoreSvr dialled, when known (a member dialling its peers): then
+/// only that set's certificates (`store-<set>.<server_name>`) are accepted.
 pub fn client_tls_config(
     files: &TlsFiles,
     plane: Plane,
+    set: Option<SetId>,
 ) -> Result<tonic::transport::ClientTlsConfig, TlsError> {
-    let ca_path = files.ca(plane);
+    // An AllocSvr (the client plane's server) is a store-plane member: its certificate is
+    // checked against the store plane's bundle, never the client bundle (which may hold the
+    // applications' CA).
+    let ca_path = files.ca(match plane {
+        Plane::Client => Plane::Store,
+        other => other,
+    });
     let ca = read(ca_path)?;
     parse_certs(ca_path, &ca)?;
     let cert = read(&files.cert)?;
@@ -804,7 +853,15 @@ pub fn client_tls_config(
     Ok(tonic::transport::ClientTlsConfig::new()
         .ca_certificate(tonic::transport::Certificate::from_pem(ca))
         .identity(tonic::transport::Identity::from_pem(cert, key))
-        .domain_name(files.server_name.clone()))
+        .domain_name(match (plane, set) {
+            (Plane::Client, _) => seqsvr_core::config::alloc_server_name(&files.server_name),
+            (Plane::Store | Plane::Peer, Some(set)) => {
+                seqsvr_core::config::set_store_server_name(&files.server_name, set)
+            }
+            (Plane::Store | Plane::Peer, None) => {
+                seqsvr_core::config::store_server_name(&files.server_name)
+            }
+        }))
 }
 
 /// A server's transport security, from the cluster file's `[tls]` and its own
@@ -817,18 +874,31 @@ pub struct TlsSetup {
 }
 
 impl TlsSetup {
-    /// `None` without `[tls]` (plaintext). With `[tls]`, the process's certificate and key are
-    /// required; giving them without `[tls]` is refused too (they would be silently unused).
-    /// Reads nothing: [`ServerTls::new`] does when the server starts.
+    /// Secure by default: without `[tls]` a server refuses to start unless told `insecure`
+    /// (`--insecure`), and then it is `None` (plaintext). With `[tls]`, the process's
+    /// certificate and key are required, and `insecure` is refused (it would be silently
+    /// ignored); giving a certificate without `[tls]` is refused too. Reads nothing:
+    /// [`ServerTls::new`] does when the server starts.
     pub fn from_cluster(
         tls: Option<&TlsConfig>,
         cluster_file: &Path,
         cert: Option<&Path>,
         key: Option<&Path>,
         kind: ServerKind,
+        insecure: bool,
     ) -> anyhow::Result<Option<TlsSetup>> {
         match (tls, cert, key) {
-            (None, None, None) => Ok(None),
+            (Some(_), _, _) if insecure => anyhow::bail!(
+                "--insecure given, but {} has a [tls] section: remove one of them",
+                cluster_file.display()
+            ),
+            (None, None, None) if insecure => Ok(None),
+            (None, None, None) => anyhow::bail!(
+                "{} has no [tls] section: refusing to serve without mutual TLS. Make a PKI and \
+                 the section with `seqctl certs init`, or pass --insecure (SEQSVR_INSECURE=1) to \
+                 serve plaintext to anyone who can reach the port, with no role checks",
+                cluster_file.display()
+            ),
             (None, _, _) => anyhow::bail!(
                 "--tls-cert/--tls-key given, but {} has no [tls] section",
                 cluster_file.display()
@@ -902,6 +972,8 @@ where
         setup: Option<&TlsSetup>,
         signal: F,
     ) -> anyhow::Result<()> {
+        // 1 while this server serves plaintext (`--insecure`): an alert rule's whole input.
+        metrics::gauge!("seqsvr_insecure").set(if setup.is_none() { 1.0 } else { 0.0 });
         match setup {
             Some(setup) => {
                 let server = ServerTls::new(setup.files.clone(), setup.kind)?;
@@ -911,9 +983,9 @@ where
             }
             None => {
                 tracing::warn!(
-                    "INSECURE: the cluster file has no [tls] section, so this server accepts \
-                     plaintext connections from anyone who can reach its port, with no role \
-                     check (see `seqctl certs init`)"
+                    "INSECURE (--insecure): the cluster file has no [tls] section, so this server \
+                     accepts plaintext connections from anyone who can reach its port, with no \
+                     role check (see `seqctl certs init`); seqsvr_insecure is 1"
                 );
                 let incoming = tonic::transport::server::TcpIncoming::from(listener)
                     .with_nodelay(Some(true))

@@ -66,8 +66,16 @@ impl Ca {
         self.issue_with(cn, &[cn], false)
     }
 
+    /// A server certificate: the name of its role (`store.seqsvr`, `alloc.seqsvr`), which the
+    /// library's clients check, and plain "seqsvr", which this file's raw tonic clients check.
+    /// A StoreSvr's (`store-<set>-<id>`) also carries its set's name, `store-<set>.seqsvr`.
     fn server(&self, cn: &str) -> Leaf {
-        self.issue_with(cn, &["seqsvr", "127.0.0.1"], false)
+        if cn.starts_with("alloc") {
+            return self.issue_with(cn, &["seqsvr", "alloc.seqsvr", "127.0.0.1"], false);
+        }
+        let set = cn.split('-').nth(1).unwrap_or("0");
+        let set_name = format!("store-{set}.seqsvr");
+        self.issue_with(cn, &["seqsvr", "store.seqsvr", &set_name, "127.0.0.1"], false)
     }
 }
 
@@ -98,6 +106,8 @@ peer_ca = "peer-ca.pem"
 [tls.identities]
 "app-1" = "client"
 "alloc-0-1" = "alloc"
+"alloc-0-2" = { role = "alloc", set = 0 }
+"alloc-1-1" = { role = "alloc", set = 1 }
 "admin" = "admin"
 "store-0-1" = { role = "peer", set = 0 }
 "store-0-2" = { role = "peer", set = 0 }
@@ -230,6 +240,7 @@ async fn serve(dir: &Dir, kind: ServerKind) -> Server {
         Some(&dir.path("server.pem")),
         Some(&dir.path("server.key")),
         kind,
+        false,
     )
     .unwrap();
     assert!(setup.is_some());
@@ -410,7 +421,7 @@ async fn the_right_certificate_is_served_and_the_handler_sees_who_called() {
     // The admin dials with the library's own client helper, as seqctl will.
     let admin = ca.issue("admin");
     let admin_dir = Dir::one_ca(&ca, &admin);
-    let helper = tls::client_tls_config(&admin_dir.files(), Plane::Store).unwrap();
+    let helper = tls::client_tls_config(&admin_dir.files(), Plane::Store, None).unwrap();
     assert!(matches!(attempt(server.addr, helper, ADMIN_STATUS).await, Outcome::Served));
     let alloc = ca.issue("alloc-0-1");
     assert!(matches!(
@@ -442,7 +453,7 @@ async fn a_client_calling_admin_or_store_paths_is_permission_denied_and_nothing_
          needs role admin"
     );
     let msg = denied(attempt(server.addr, client_tls(&ca.pem, Some(&app)), ADVANCE).await);
-    assert!(msg.contains("needs role alloc or admin"), "{msg}");
+    assert!(msg.contains("needs role alloc of set 0 or admin"), "{msg}");
     let msg = denied(attempt(server.addr, client_tls(&ca.pem, Some(&app)), RAFT_SEND).await);
     assert!(msg.contains("needs role peer of set 0"), "{msg}");
     // A StoreSvr does not serve SeqService: refused, not passed through to a 404.
@@ -469,6 +480,28 @@ async fn a_peer_of_another_set_cannot_send_raft_messages() {
         attempt(server.addr, client_tls(&ca.pem, Some(&same_set)), RAFT_SEND).await,
         Outcome::Served
     ));
+}
+
+/// An AllocSvr identity that names its set may use only that set's StoreSvrs: a key stolen
+/// from one set's AllocSvr cannot register with another set (and be given its sections).
+#[tokio::test]
+async fn an_allocsvr_of_another_set_cannot_use_this_sets_store() {
+    let ca = ca("cluster");
+    let dir = Dir::one_ca(&ca, &ca.server("store-0-1"));
+    let server = serve(&dir, STORE0).await;
+    let other_set = ca.issue("alloc-1-1");
+    let msg = denied(attempt(server.addr, client_tls(&ca.pem, Some(&other_set)), ADVANCE).await);
+    assert_eq!(
+        msg,
+        "identity \"alloc-1-1\" (role alloc of set 1) may not call \
+         seqsvr.v1.StoreService/AdvanceMaxSeq: needs role alloc of set 0 or admin"
+    );
+    assert_eq!(server.seen.count(), 0);
+    for same_set in ["alloc-0-2", "alloc-0-1"] {
+        let leaf = ca.issue(same_set);
+        let outcome = attempt(server.addr, client_tls(&ca.pem, Some(&leaf)), ADVANCE).await;
+        assert!(matches!(outcome, Outcome::Served), "{same_set}: {outcome:?}");
+    }
 }
 
 #[tokio::test]
@@ -612,6 +645,37 @@ async fn a_client_refuses_a_server_without_the_server_name() {
     assert_eq!(server.seen.count(), 0);
 }
 
+/// The library's clients check the name of the role they dial: an AllocSvr's certificate, from
+/// the very CA that issues the StoreSvrs', cannot pose as a StoreSvr, nor a StoreSvr's as an
+/// AllocSvr, nor (for a client that names the set) another set's StoreSvr as this set's.
+#[tokio::test]
+async fn a_client_refuses_a_server_of_another_role() {
+    let ca = ca("cluster");
+    let admin_dir = Dir::one_ca(&ca, &ca.issue("admin"));
+    let impostor = Dir::one_ca(&ca, &ca.server("alloc-0-1"));
+    let server = serve(&impostor, STORE0).await;
+    let as_store = tls::client_tls_config(&admin_dir.files(), Plane::Store, None).unwrap();
+    let e = refused(attempt(server.addr, as_store, ADMIN_STATUS).await);
+    assert!(e.contains("NotValidForName"), "{e}");
+    assert_eq!(server.seen.count(), 0);
+
+    // A client that knows the set it dials accepts only that set's StoreSvrs.
+    let other_set = Dir::one_ca(&ca, &ca.server("store-1-1"));
+    let server = serve(&other_set, STORE0).await;
+    let of_set_0 = tls::client_tls_config(&admin_dir.files(), Plane::Peer, Some(SetId(0))).unwrap();
+    let e = refused(attempt(server.addr, of_set_0, ADMIN_STATUS).await);
+    assert!(e.contains("NotValidForName"), "{e}");
+    let of_set_1 = tls::client_tls_config(&admin_dir.files(), Plane::Peer, Some(SetId(1))).unwrap();
+    assert!(matches!(attempt(server.addr, of_set_1, ADMIN_STATUS).await, Outcome::Served));
+
+    let impostor = Dir::one_ca(&ca, &ca.server("store-0-1"));
+    let server = serve(&impostor, ServerKind::AllocSvr).await;
+    let as_alloc = tls::client_tls_config(&admin_dir.files(), Plane::Client, None).unwrap();
+    let e = refused(attempt(server.addr, as_alloc, NEXT).await);
+    assert!(e.contains("NotValidForName"), "{e}");
+    assert_eq!(server.seen.count(), 0);
+}
+
 #[tokio::test]
 async fn an_allocsvr_serves_clients_and_admins_only() {
     let ca = ca("cluster");
@@ -638,17 +702,26 @@ async fn without_tls_a_server_serves_plaintext_with_no_role_check() {
     assert_eq!(server.seen.count(), 1);
 }
 
+/// Secure by default: no `[tls]` and no `--insecure` is a refusal to start, naming both ways
+/// out; `--insecure` with `[tls]` is refused as contradictory.
 #[test]
-fn tls_setup_needs_both_the_section_and_the_process_identity() {
+fn tls_setup_needs_both_the_section_and_the_process_identity_or_insecure() {
     let (cert, key) = (Path::new("me.pem"), Path::new("me.key"));
     let file = Path::new("/etc/seqsvr/cluster.toml");
-    let setup =
-        TlsSetup::from_cluster(Some(&tls_config()), file, Some(cert), Some(key), STORE0).unwrap();
-    let files = setup.unwrap().files;
+    let tls = Some(tls_config());
+    let setup = |tls: Option<&TlsConfig>, cert, key, insecure| {
+        TlsSetup::from_cluster(tls, file, cert, key, STORE0, insecure)
+    };
+    let files = setup(tls.as_ref(), Some(cert), Some(key), false).unwrap().unwrap().files;
     assert_eq!(files.store_ca, Path::new("/etc/seqsvr/store-ca.pem"), "relative to the file");
     assert_eq!(files.cert, cert, "flags are taken as given");
-    assert!(TlsSetup::from_cluster(None, file, None, None, STORE0).unwrap().is_none());
-    let err = TlsSetup::from_cluster(Some(&tls_config()), file, None, None, STORE0).unwrap_err();
+    let err = setup(None, None, None, false).unwrap_err().to_string();
+    assert!(err.contains("seqctl certs init") && err.contains("--insecure"), "{err}");
+    assert!(setup(None, None, None, true).unwrap().is_none(), "--insecure: plaintext");
+    let err = setup(tls.as_ref(), Some(cert), Some(key), true).unwrap_err().to_string();
+    assert!(err.contains("--insecure given"), "{err}");
+    let err = setup(tls.as_ref(), None, None, false).unwrap_err();
     assert!(err.to_string().contains("--tls-cert"), "{err}");
-    assert!(TlsSetup::from_cluster(None, file, Some(cert), Some(key), STORE0).is_err());
+    assert!(setup(None, Some(cert), Some(key), false).is_err());
+    assert!(setup(None, Some(cert), Some(key), true).is_err());
 }

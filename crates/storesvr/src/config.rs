@@ -70,6 +70,11 @@ pub struct Args {
     /// The private key of --tls-cert (PEM).
     #[arg(long, env = "SEQSVR_TLS_KEY")]
     pub tls_key: Option<PathBuf>,
+    /// Serve plaintext, with no role checks, when the cluster file has no `[tls]` section:
+    /// anyone who reaches the port can do anything. Without it (and without `[tls]`) the
+    /// server refuses to start. Logged at start and reported as `seqsvr_insecure` 1.
+    #[arg(long, env = "SEQSVR_INSECURE")]
+    pub insecure: bool,
     /// Log format: `text` or `json`. Filter with RUST_LOG (default `info`).
     #[arg(long, env = "SEQSVR_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
@@ -181,6 +186,7 @@ impl NodeConfig {
             args.tls_cert.as_deref(),
             args.tls_key.as_deref(),
             seqsvr_server::tls::ServerKind::StoreSvr { set: set_id },
+            args.insecure,
         )?;
         Ok(NodeConfig {
             set_id,

@@ -281,7 +281,9 @@ fn write_created_marker(marker: &std::path::Path, set_id: seqsvr_core::ids::SetI
 fn peer_tls(config: &NodeConfig) -> anyhow::Result<Option<tonic::transport::ClientTlsConfig>> {
     let Some(setup) = &config.tls else { return Ok(None) };
     let plane = seqsvr_server::tls::Plane::Peer;
-    Ok(Some(seqsvr_server::tls::client_tls_config(&setup.files, plane)?))
+    // Only members of this set may answer: the name of this set's StoreSvrs.
+    let set = Some(config.set_id);
+    Ok(Some(seqsvr_server::tls::client_tls_config(&setup.files, plane, set)?))
 }
 
 /// `--initial-cluster-state new` on an empty data dir creates the set: refuse when another

@@ -156,6 +156,12 @@ pub fn to_status(error: RequestError) -> Status {
         RequestError::AllocExpired(alloc) => Status::failed_precondition(format!(
             "alloc {alloc}'s registration expired or was replaced: stop serving and register again"
         )),
+        RequestError::NotTheHolder(refused) => {
+            tracing::warn!(target: seqsvr_server::tls::AUDIT_TARGET, "PERMISSION_DENIED: {refused}");
+            Status::permission_denied(format!(
+                "{refused}; an AllocSvr acts only for its own registration"
+            ))
+        }
     }
 }
 
@@ -196,9 +202,12 @@ impl pb::store_service_server::StoreService for ServiceContext {
         request: Request<pb::AdvanceMaxSeqRequest>,
     ) -> Result<Response<pb::AdvanceMaxSeqResponse>, Status> {
         let wait = self.wait_for(&request);
-        if request.get_ref().alloc_id == 0 {
+        let identity = if request.get_ref().alloc_id == 0 {
             seqsvr_server::tls::require_admin(&request, "an unfenced advance (alloc_id 0)")?;
-        }
+            None
+        } else {
+            seqsvr_server::tls::alloc_identity(&request, "a fenced advance")?
+        };
         let request_id = seqsvr_proto::request_id_of(request.metadata()).unwrap_or("-").to_string();
         let request = request.into_inner();
         let alloc = (request.alloc_id != 0).then_some(AllocId(request.alloc_id));
@@ -221,7 +230,7 @@ impl pb::store_service_server::StoreService for ServiceContext {
                 .map_err(|e| Status::invalid_argument(e.to_string()))?;
         }
         let n_sections = sections.len();
-        let done = self.driver.advance(alloc, sections, wait).await.map_err(|e| {
+        let done = self.driver.advance(alloc, sections, identity, wait).await.map_err(|e| {
             tracing::debug!(alloc = ?alloc.map(|a| a.0), n_sections, request_id, error = %e,
                 "advance not committed");
             to_status(e)
@@ -253,11 +262,12 @@ impl pb::store_service_server::StoreService for ServiceContext {
         request: Request<pb::RegisterAllocRequest>,
     ) -> Result<Response<pb::RegisterAllocResponse>, Status> {
         let wait = self.wait_for(&request);
+        let identity = seqsvr_server::tls::alloc_identity(&request, "an AllocSvr registration")?;
         let addr = request.into_inner().addr;
         if seqsvr_core::config::port_of(&addr).is_none() {
             return Err(Status::invalid_argument(format!("alloc addr {addr:?} is not host:port")));
         }
-        let id = self.driver.register(addr, wait).await.map_err(to_status)?;
+        let id = self.driver.register(addr, identity, wait).await.map_err(to_status)?;
         Ok(Response::new(pb::RegisterAllocResponse {
             alloc_id: id.0,
             lease_ms: self.lease_ms,
@@ -270,10 +280,11 @@ impl pb::store_service_server::StoreService for ServiceContext {
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
         let wait = self.wait_for(&request);
+        let identity = seqsvr_server::tls::alloc_identity(&request, "a lease heartbeat")?;
         let r = request.into_inner();
         let grant = self
             .driver
-            .heartbeat(AllocId(r.alloc_id), RouteVersion(r.route_version), wait)
+            .heartbeat(AllocId(r.alloc_id), RouteVersion(r.route_version), identity, wait)
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::HeartbeatResponse {
@@ -297,11 +308,12 @@ impl pb::store_service_server::StoreService for ServiceContext {
         request: Request<pb::ReleaseAllocRequest>,
     ) -> Result<Response<pb::ReleaseAllocResponse>, Status> {
         let wait = self.wait_for(&request);
+        let identity = seqsvr_server::tls::alloc_identity(&request, "a release (ReleaseAlloc)")?;
         let alloc = request.into_inner().alloc_id;
         if alloc == 0 {
             return Err(Status::invalid_argument("alloc_id 0 is not an AllocSvr registration"));
         }
-        self.driver.release(AllocId(alloc), wait).await.map_err(to_status)?;
+        self.driver.release(AllocId(alloc), identity, wait).await.map_err(to_status)?;
         Ok(Response::new(pb::ReleaseAllocResponse {}))
     }
 
@@ -337,6 +349,13 @@ impl pb::raft_transport_server::RaftTransport for ServiceContext {
         }
         let mut messages = Vec::with_capacity(batch.messages.len());
         for bytes in &batch.messages {
+            // RUSTSEC-2024-0437: protobuf 2.28 sees only bytes that pass the wire pre-check.
+            if let Err(e) = seqsvr_core::raft_wire::check_message(bytes) {
+                tracing::warn!(from = batch.from, from_addr = %batch.from_addr, error = %e,
+                    "raft message refused before parsing");
+                metrics::counter!("seqsvr_store_raft_messages_refused_total").increment(1);
+                return Err(Status::invalid_argument(format!("malformed raft message: {e}")));
+            }
             let m = raft::eraftpb::Message::parse_from_bytes(bytes)
                 .map_err(|e| Status::invalid_argument(format!("undecodable raft message: {e}")))?;
             messages.push(m);
@@ -425,6 +444,7 @@ impl pb::store_admin_server::StoreAdmin for ServiceContext {
                     draining: a.draining,
                     replaced: a.replaced,
                     released: a.released,
+                    identity: a.identity.clone().unwrap_or_default(),
                     expired: a.expired,
                     ms_since_grant: a.ms_since_grant.map_or(-1, |m| m as i64),
                     lease_left_ms: a.lease_left_ms as i64,

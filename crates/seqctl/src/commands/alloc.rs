@@ -196,6 +196,8 @@ pub struct AllocRow {
     /// live, draining, released (handed its sections back on SIGTERM), expired (no heartbeat
     /// for a lease: never granted again) or replaced.
     pub state: String,
+    /// The certificate identity that registered it ("-" over plaintext).
+    pub identity: String,
     pub n_sections: u64,
     /// How long its last grant may still be valid (0: lapsed).
     pub lease_left_ms: i64,
@@ -233,6 +235,7 @@ impl AllocRow {
             alloc_id: a.alloc_id,
             addr: a.addr.clone(),
             state: state.to_string(),
+            identity: if a.identity.is_empty() { "-".into() } else { a.identity.clone() },
             n_sections: a.n_sections,
             lease_left_ms: a.lease_left_ms,
             ms_since_grant: a.ms_since_grant,
@@ -472,6 +475,7 @@ pub(crate) mod tests {
                     replaced: false,
                     released: false,
                     expired: false,
+                    identity: "alloc-0-1".into(),
                     ms_since_grant: 120,
                     lease_left_ms: 2880,
                     n_sections: 16384,
@@ -483,6 +487,7 @@ pub(crate) mod tests {
                     replaced: false,
                     released: false,
                     expired: false,
+                    identity: String::new(),
                     ms_since_grant: -1,
                     lease_left_ms: 0,
                     n_sections: 0,

@@ -9,8 +9,10 @@
 //! even finish a handshake with a StoreSvr; the client plane trusts `client-bundle.pem`
 //! (client-ca + cluster-ca): an AllocSvr accepts applications and the admin, and clients accept
 //! the AllocSvrs' cluster-issued server certificates. Which plane a member of the cluster may act
-//! on is then the role's business (`[tls.identities]`). Every server certificate carries the
-//! DNS SAN `server_name` (clients verify it; they dial IP addresses), 127.0.0.1 and localhost.
+//! on is then the role's business (`[tls.identities]`). A StoreSvr's certificate carries the
+//! DNS SAN `store.<server_name>`, an AllocSvr's `alloc.<server_name>` (clients dial IP addresses
+//! and check the name of the role they mean to reach, so one cannot pose as the other), plus
+//! 127.0.0.1 and localhost; admin and client certificates carry no server name at all.
 //! Keys are written 0600; existing files are kept unless `--force`.
 
 use crate::error::{CtlError, Exit};
@@ -18,6 +20,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
+use seqsvr_core::ids::SetId;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -33,10 +36,11 @@ pub struct InitOptions {
     pub force: bool,
 }
 
-/// One certificate to issue: its file stem (= CN), whether it serves, the role line.
+/// One certificate to issue: its file stem (= CN), the server names it serves under (none: a
+/// client only), the role line.
 struct Leaf {
     name: String,
-    server: bool,
+    server: Vec<String>,
     client_ca: bool,
     role: String,
 }
@@ -47,7 +51,10 @@ fn plan(o: &InitOptions) -> Vec<Leaf> {
         for id in 1..=o.members {
             leaves.push(Leaf {
                 name: format!("store-{set}-{id}"),
-                server: true,
+                server: vec![
+                    seqsvr_core::config::store_server_name(&o.server_name),
+                    seqsvr_core::config::set_store_server_name(&o.server_name, SetId(set.into())),
+                ],
                 client_ca: false,
                 role: format!("{{ role = \"peer\", set = {set} }}"),
             });
@@ -55,21 +62,21 @@ fn plan(o: &InitOptions) -> Vec<Leaf> {
         for i in 1..=o.allocs {
             leaves.push(Leaf {
                 name: format!("alloc-{set}-{i}"),
-                server: true,
+                server: vec![seqsvr_core::config::alloc_server_name(&o.server_name)],
                 client_ca: false,
-                role: "\"alloc\"".into(),
+                role: format!("{{ role = \"alloc\", set = {set} }}"),
             });
         }
     }
     leaves.push(Leaf {
         name: "admin".into(),
-        server: false,
+        server: Vec::new(),
         client_ca: false,
         role: "\"admin\"".into(),
     });
     leaves.push(Leaf {
         name: "client".into(),
-        server: false,
+        server: Vec::new(),
         client_ca: true,
         role: "\"client\"".into(),
     });
@@ -132,8 +139,9 @@ fn make_ca(cn: &str, o: &InitOptions) -> Result<Ca, CtlError> {
 
 fn validity(params: &mut CertificateParams, days: u32) {
     let now = time::OffsetDateTime::now_utc();
-    // An hour back: a host whose clock is a little behind still accepts a fresh certificate.
-    params.not_before = now - time::Duration::hours(1);
+    // A day back: a host whose clock is behind (or set back by hours, as the nemesis does)
+    // still accepts a fresh certificate.
+    params.not_before = now - time::Duration::days(1);
     params.not_after = now + time::Duration::days(i64::from(days));
 }
 
@@ -182,12 +190,13 @@ pub fn init_files(o: &InitOptions) -> Result<String, CtlError> {
     let mut identities = String::new();
     for leaf in plan(o) {
         let mut names = vec![leaf.name.clone()];
-        if leaf.server {
-            names.extend([o.server_name.clone(), "localhost".into(), "127.0.0.1".into()]);
+        if !leaf.server.is_empty() {
+            names.extend(leaf.server.iter().cloned());
+            names.extend(["localhost".into(), "127.0.0.1".into()]);
         }
         let mut params = CertificateParams::new(names).map_err(rc(&leaf.name))?;
         params.distinguished_name.push(DnType::CommonName, leaf.name.as_str());
-        params.extended_key_usages = if leaf.server {
+        params.extended_key_usages = if !leaf.server.is_empty() {
             vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth]
         } else {
             vec![ExtendedKeyUsagePurpose::ClientAuth]
@@ -324,15 +333,23 @@ mod tests {
             )
             .build()
             .unwrap();
-            for name in ["store-1-3", "alloc-0-1"] {
-                let ok = verifier.verify_server_cert(
-                    &cert(dir, name),
-                    &[],
-                    &ServerName::try_from("seqsvr").unwrap(),
-                    &[],
-                    now,
-                );
+            let serves = |name: &str, as_name: &str| {
+                let as_name = ServerName::try_from(as_name.to_string()).unwrap();
+                verifier.verify_server_cert(&cert(dir, name), &[], &as_name, &[], now)
+            };
+            for (name, role, other) in [
+                ("store-1-3", "store.seqsvr", "alloc.seqsvr"),
+                ("store-1-3", "store-1.seqsvr", "store-0.seqsvr"),
+                ("alloc-0-1", "alloc.seqsvr", "store.seqsvr"),
+            ] {
+                let ok = serves(name, role);
                 assert!(ok.is_ok(), "{name} as a server under {bundle}: {ok:?}");
+                // Not as the other role: an AllocSvr cannot pose as a StoreSvr, nor back.
+                assert!(serves(name, other).is_err(), "{name} passed as {other}");
+            }
+            for name in ["admin", "client"] {
+                assert!(serves(name, "store.seqsvr").is_err(), "{name} serves as a store");
+                assert!(serves(name, "alloc.seqsvr").is_err(), "{name} serves as an alloc");
             }
         }
 

@@ -1,9 +1,11 @@
 //! `seqctl health ADDR`: the grpc.health.v1 `Check` of one server, as an exit code a container
 //! runtime or load balancer can use (0 only when SERVING).
 
+use crate::cli::ServerRole;
 use crate::ctx::Ctx;
 use crate::error::{coded, CtlError, Exit};
 use crate::render::{self, View};
+use seqsvr_client::tls::Plane;
 use serde::Serialize;
 use std::time::Duration;
 use tonic::Code;
@@ -68,8 +70,8 @@ impl View for HealthRow {
     }
 }
 
-async fn check(addr: &str, service: &str, timeout: Duration) -> Health {
-    let channel = match seqsvr_client::store::channel(addr) {
+async fn check(addr: &str, plane: Plane, service: &str, timeout: Duration) -> Health {
+    let channel = match seqsvr_client::store::channel_on(addr, plane) {
         Ok(c) => c,
         Err(status) => return Health::Failed(status.message().to_string()),
     };
@@ -88,9 +90,28 @@ async fn check(addr: &str, service: &str, timeout: Duration) -> Health {
     classify(result, addr, timeout)
 }
 
-pub async fn health(ctx: &Ctx, addr: &str, service: &str) -> Result<Exit, CtlError> {
+pub async fn health(
+    ctx: &Ctx,
+    addr: &str,
+    service: &str,
+    server: Option<ServerRole>,
+) -> Result<Exit, CtlError> {
     let addr = addr.strip_prefix("http://").unwrap_or(addr);
-    let health = check(addr, service, ctx.timeout).await;
+    // Over TLS only with an identity: then the cluster file says how (and `ctx.config` sets
+    // this process's identity). Plaintext otherwise, where the plane changes nothing.
+    let plane = if ctx.tls_cert.is_some() || ctx.tls_key.is_some() {
+        let config = ctx.config()?;
+        let is_alloc = config.sets.iter().any(|s| s.allocs.iter().any(|a| a == addr));
+        match server {
+            Some(ServerRole::Alloc) => Plane::Client,
+            Some(ServerRole::Store) => Plane::Store,
+            None if is_alloc => Plane::Client,
+            None => Plane::Store,
+        }
+    } else {
+        Plane::Store
+    };
+    let health = check(addr, plane, service, ctx.timeout).await;
     let status = match &health {
         Health::Answered(s) => s.as_str_name(),
         Health::ServiceUnknown => "SERVICE_UNKNOWN",

@@ -69,7 +69,9 @@ pub async fn run(cli: Cli) -> Result<Exit, CtlError> {
 async fn once(ctx: &Ctx, command: Command) -> Result<Exit, CtlError> {
     match command {
         Command::Status { .. } => status::status(ctx).await,
-        Command::Health { addr, service } => health::health(ctx, &addr, &service).await,
+        Command::Health { addr, service, server } => {
+            health::health(ctx, &addr, &service, server).await
+        }
         Command::Next { uids } => seq::seq_command(ctx, &uids, true).await,
         Command::Get { uids } => seq::seq_command(ctx, &uids, false).await,
         Command::Route => alloc::route(ctx).await,

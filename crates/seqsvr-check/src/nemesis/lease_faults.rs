@@ -55,7 +55,7 @@ async fn next_at(
 ) -> Result<u64, Status> {
     let invoke_ns = ctx.t0.elapsed().as_nanos() as u64;
     let result = async {
-        let channel = seqsvr_client::store::channel(addr)?;
+        let channel = seqsvr_client::store::alloc_channel(addr)?;
         let mut client = pb::seq_service_client::SeqServiceClient::new(channel);
         let mut request = tonic::Request::new(pb::NextRequest { uid, route_version });
         request.set_timeout(deadline);

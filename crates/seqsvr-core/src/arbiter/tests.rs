@@ -18,7 +18,7 @@ fn sections() -> SectionRange {
 }
 
 fn register(state: &mut StoreState, addr: &str) -> AllocId {
-    match state.apply(&Command::RegisterAlloc { addr: addr.into() }).result {
+    match state.apply(&Command::RegisterAlloc { addr: addr.into(), identity: None }).result {
         Ok(Applied::Registered(id)) => id,
         other => panic!("{other:?}"),
     }

@@ -6,7 +6,7 @@ use raft::eraftpb::Message;
 use seqsvr_core::arbiter::LeaseConfig;
 use seqsvr_core::ids::{AllocId, LeaseEpoch, NodeId, RouteVersion, SectionId, SetId};
 use seqsvr_core::section::SectionRange;
-use seqsvr_core::store::{Rejected, SectionAdvance};
+use seqsvr_core::store::{HolderRefused, Rejected, SectionAdvance};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -68,6 +68,9 @@ pub enum RequestError {
     UnknownAlloc(AllocId),
     #[error("alloc {0}'s registration expired or was replaced")]
     AllocExpired(AllocId),
+    /// The caller's certificate identity is not the one that registered the alloc.
+    #[error("{0}")]
+    NotTheHolder(HolderRefused),
 }
 
 /// A lease grant for one heartbeat.
@@ -102,6 +105,7 @@ pub struct AllocLeaseView {
     pub draining: bool,
     pub replaced: bool,
     pub released: bool,
+    pub identity: Option<String>,
     pub expired: bool,
     pub ms_since_grant: Option<u64>,
     pub lease_left_ms: u64,
@@ -197,18 +201,24 @@ pub struct MembershipDone {
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, RequestError>>;
 
 pub enum Input {
+    /// `identity` (here and below): the caller's certificate identity when it calls as an
+    /// AllocSvr (`None` over plaintext); checked against the registration's
+    /// (`ControlState::check_holder`).
     Advance {
         alloc: Option<AllocId>,
         sections: Vec<SectionAdvance>,
+        identity: Option<String>,
         reply: Reply<Advanced>,
     },
     Register {
         addr: String,
+        identity: Option<String>,
         reply: Reply<AllocId>,
     },
     Heartbeat {
         alloc: AllocId,
         route_version: RouteVersion,
+        identity: Option<String>,
         reply: Reply<Grant>,
     },
     Load {
@@ -239,6 +249,7 @@ pub enum Input {
     /// The AllocSvr stopped serving for good (see `Command::ReleaseAlloc`).
     Release {
         alloc: AllocId,
+        identity: Option<String>,
         reply: Reply<()>,
     },
     Read {
@@ -306,22 +317,29 @@ impl DriverHandle {
         &self,
         alloc: Option<AllocId>,
         sections: Vec<SectionAdvance>,
+        identity: Option<String>,
         wait: Duration,
     ) -> Result<Advanced, RequestError> {
-        self.call(wait, |reply| Input::Advance { alloc, sections, reply }).await
+        self.call(wait, |reply| Input::Advance { alloc, sections, identity, reply }).await
     }
 
-    pub async fn register(&self, addr: String, wait: Duration) -> Result<AllocId, RequestError> {
-        self.call(wait, |reply| Input::Register { addr, reply }).await
+    pub async fn register(
+        &self,
+        addr: String,
+        identity: Option<String>,
+        wait: Duration,
+    ) -> Result<AllocId, RequestError> {
+        self.call(wait, |reply| Input::Register { addr, identity, reply }).await
     }
 
     pub async fn heartbeat(
         &self,
         alloc: AllocId,
         route_version: RouteVersion,
+        identity: Option<String>,
         wait: Duration,
     ) -> Result<Grant, RequestError> {
-        self.call(wait, |reply| Input::Heartbeat { alloc, route_version, reply }).await
+        self.call(wait, |reply| Input::Heartbeat { alloc, route_version, identity, reply }).await
     }
 
     pub async fn load(
@@ -363,8 +381,13 @@ impl DriverHandle {
         self.call(wait, |reply| Input::StepDown { reply }).await
     }
 
-    pub async fn release(&self, alloc: AllocId, wait: Duration) -> Result<(), RequestError> {
-        self.call(wait, |reply| Input::Release { alloc, reply }).await
+    pub async fn release(
+        &self,
+        alloc: AllocId,
+        identity: Option<String>,
+        wait: Duration,
+    ) -> Result<(), RequestError> {
+        self.call(wait, |reply| Input::Release { alloc, identity, reply }).await
     }
 
     pub async fn read(

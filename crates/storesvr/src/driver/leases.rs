@@ -104,6 +104,7 @@ impl Driver {
         &mut self,
         alloc: AllocId,
         route_version: RouteVersion,
+        identity: Option<&str>,
     ) -> Result<Grant, RequestError> {
         let now = self.now_ms();
         if self.current_arbiter().is_none() {
@@ -114,9 +115,12 @@ impl Driver {
         let Some(arbiter) = self.arbiter.get_mut_of_term(term) else {
             return Err(RequestError::NotLeader { leader: self.leader_hint() });
         };
+        // After the ReadIndex this member has applied every registration committed before the
+        // heartbeat arrived: an unknown alloc is really unknown.
         if !control.allocs.contains_key(&alloc) {
             return Err(RequestError::UnknownAlloc(alloc));
         }
+        control.check_holder(alloc, identity).map_err(RequestError::NotTheHolder)?;
         let Some(lease) = control.lease else {
             return Err(RequestError::Dropped(
                 "this set's lease timing is not committed yet (a new leader is committing it)"
@@ -154,6 +158,7 @@ impl Driver {
                     draining: r.draining,
                     replaced: r.replaced,
                     released: r.released,
+                    identity: r.identity.clone(),
                     expired: arbiter.is_expired(id),
                     ms_since_grant: last.map(|t| now.saturating_sub(t)),
                     lease_left_ms: last.map_or(0, |t| (t + lease.lease_ms).saturating_sub(now)),
@@ -187,8 +192,8 @@ impl Driver {
                 tracing::info!(%alloc, "alloc registration removed");
                 arbiter.forget(*alloc);
             }
-            (Command::RegisterAlloc { addr }, Ok(Applied::Registered(id))) => {
-                tracing::info!(alloc = %id, %addr, "alloc registered");
+            (Command::RegisterAlloc { addr, identity }, Ok(Applied::Registered(id))) => {
+                tracing::info!(alloc = %id, %addr, ?identity, "alloc registered");
             }
             _ => {}
         }

@@ -57,7 +57,8 @@ use crate::storage::{NodeStorage, StorageFault};
 use raft::{RawNode, SnapshotStatus, StateRole};
 use replies::{PendingRead, ProposalReply, ReadKind};
 use seqsvr_core::arbiter::Arbiter;
-use seqsvr_core::store::Command;
+use seqsvr_core::ids::AllocId;
+use seqsvr_core::store::{Command, HolderRefused};
 use seqsvr_server::BootInstant;
 use std::collections::HashMap;
 use std::time::Instant;
@@ -223,12 +224,19 @@ impl Driver {
                 };
                 self.node.report_snapshot(to.0, status);
             }
-            Input::Advance { alloc, sections, reply } => {
+            Input::Advance { alloc, sections, identity, reply } => {
+                if let Some(alloc) = alloc {
+                    if let Err(e) = self.check_holder(alloc, identity.as_deref()) {
+                        let _ = reply.send(Err(e));
+                        return;
+                    }
+                }
                 let command = Command::AdvanceMaxSeq { alloc, sections };
                 self.propose(command, ProposalReply::Advance(reply));
             }
-            Input::Register { addr, reply } => {
-                self.propose(Command::RegisterAlloc { addr }, ProposalReply::Register(reply));
+            Input::Register { addr, identity, reply } => {
+                let command = Command::RegisterAlloc { addr, identity };
+                self.propose(command, ProposalReply::Register(reply));
             }
             Input::Move { range, to, reply } => {
                 let control = self.node.store().state().control();
@@ -261,14 +269,20 @@ impl Driver {
             Input::StepDown { reply } => {
                 let _ = reply.send(Ok(self.step_down()));
             }
-            Input::Release { alloc, reply } => {
+            Input::Release { alloc, identity, reply } => {
+                // A release lets the arbiter move the sections at once, without waiting out the
+                // lease: from anyone but the holder itself it would break I3.
+                if let Err(e) = self.check_holder(alloc, identity.as_deref()) {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
                 tracing::info!(alloc = %alloc, "AllocSvr hands its sections back (graceful shutdown)");
                 self.propose(Command::ReleaseAlloc { alloc }, ProposalReply::Done(reply));
             }
             Input::Read { sections, reply } => self.read(ReadKind::MaxSeq { sections, reply }),
             Input::Load { range, reply } => self.read(ReadKind::Load { range, reply }),
-            Input::Heartbeat { alloc, route_version, reply } => {
-                self.read(ReadKind::Heartbeat { alloc, route_version, reply })
+            Input::Heartbeat { alloc, route_version, identity, reply } => {
+                self.read(ReadKind::Heartbeat { alloc, route_version, identity, reply })
             }
             Input::Route { reply } => self.read(ReadKind::Route { reply }),
             Input::Leases { reply } => {
@@ -286,6 +300,19 @@ impl Driver {
             Input::TransferLeader { target, reply } => {
                 let _ = reply.send(self.transfer_leader(target));
             }
+        }
+    }
+
+    /// Before proposing for an alloc: may `identity` act for it? Checked against this member's
+    /// applied registrations; one not applied here yet is "retry", never "yes".
+    fn check_holder(&self, alloc: AllocId, identity: Option<&str>) -> Result<(), RequestError> {
+        let control = self.node.store().state().control();
+        match control.check_holder(alloc, identity) {
+            Ok(()) => Ok(()),
+            Err(HolderRefused::Unknown(_)) => Err(RequestError::Dropped(format!(
+                "alloc {alloc}'s registration is not applied on this member yet"
+            ))),
+            Err(e) => Err(RequestError::NotTheHolder(e)),
         }
     }
 
@@ -326,10 +353,10 @@ impl Driver {
             return;
         }
         let kind = match kind {
-            ReadKind::Heartbeat { alloc, route_version, reply }
+            ReadKind::Heartbeat { alloc, route_version, identity, reply }
                 if seqsvr_core::teeth::NO_READINDEX_BEFORE_GRANT =>
             {
-                let _ = reply.send(self.grant(alloc, route_version));
+                let _ = reply.send(self.grant(alloc, route_version, identity.as_deref()));
                 return;
             }
             kind => kind,

@@ -274,8 +274,8 @@ impl Driver {
                     };
                     let _ = reply.send(Ok(view));
                 }
-                ReadKind::Heartbeat { alloc, route_version, reply } => {
-                    let _ = reply.send(self.grant(alloc, route_version));
+                ReadKind::Heartbeat { alloc, route_version, identity, reply } => {
+                    let _ = reply.send(self.grant(alloc, route_version, identity.as_deref()));
                 }
             }
         }

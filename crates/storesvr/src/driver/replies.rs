@@ -69,10 +69,23 @@ impl ProposalReply {
 
 /// What a confirmed ReadIndex is for.
 pub(super) enum ReadKind {
-    MaxSeq { sections: Vec<SectionId>, reply: Reply<ReadDone> },
-    Load { range: SectionRange, reply: Reply<ReadDone> },
-    Heartbeat { alloc: AllocId, route_version: RouteVersion, reply: Reply<Grant> },
-    Route { reply: Reply<RouteView> },
+    MaxSeq {
+        sections: Vec<SectionId>,
+        reply: Reply<ReadDone>,
+    },
+    Load {
+        range: SectionRange,
+        reply: Reply<ReadDone>,
+    },
+    Heartbeat {
+        alloc: AllocId,
+        route_version: RouteVersion,
+        identity: Option<String>,
+        reply: Reply<Grant>,
+    },
+    Route {
+        reply: Reply<RouteView>,
+    },
 }
 
 impl ReadKind {

@@ -20,12 +20,22 @@ fn advance(section: u64, max_seq: u64) -> (Input, Answer<Advanced>) {
         max_seq: Seq(max_seq),
         lease_epoch: LeaseEpoch(0),
     }];
-    (Input::Advance { alloc: None, sections, reply }, rx)
+    (Input::Advance { alloc: None, sections, identity: None, reply }, rx)
 }
 
 fn register(addr: &str) -> (Input, Answer<AllocId>) {
+    registered_by(addr, None)
+}
+
+fn registered_by(addr: &str, identity: Option<&str>) -> (Input, Answer<AllocId>) {
     let (reply, rx) = oneshot::channel();
-    (Input::Register { addr: addr.to_string(), reply }, rx)
+    let identity = identity.map(str::to_string);
+    (Input::Register { addr: addr.to_string(), identity, reply }, rx)
+}
+
+fn release(alloc: AllocId, identity: Option<&str>) -> (Input, Answer<()>) {
+    let (reply, rx) = oneshot::channel();
+    (Input::Release { alloc, identity: identity.map(str::to_string), reply }, rx)
 }
 
 fn read(section: u64) -> (Input, Answer<ReadDone>) {
@@ -96,6 +106,36 @@ fn a_proposal_is_answered_once_a_quorum_committed_it_and_every_member_applies_it
     let done = answer(&mut rx).expect("read");
     assert_eq!(done.sections, vec![(SectionId(7), 10_000)]);
     assert!(done.read_index >= index);
+}
+
+/// A release lets the arbiter move an AllocSvr's sections without waiting out its lease, so only
+/// the identity that registered may send it: another AllocSvr's certificate is refused before
+/// anything is proposed, and the registration stays as it was. Fails without the holder check
+/// of `Input::Release` (the release would apply: I3 broken by a peer's certificate).
+#[test]
+fn only_the_registering_identity_may_release_a_registration() {
+    let mut net = Network::new(3);
+    net.elect(1);
+    let (input, mut rx) = registered_by("alloc-a:1", Some("alloc-a"));
+    net.send(1, input);
+    net.settle();
+    let a = answer(&mut rx).expect("registered");
+    let before = net.raft(1).raft_log.last_index();
+
+    let (input, mut rx) = release(a, Some("alloc-b"));
+    net.send(1, input);
+    net.settle();
+    assert!(matches!(answer(&mut rx), Err(RequestError::NotTheHolder(_))));
+    assert_eq!(net.raft(1).raft_log.last_index(), before, "a refused release was proposed");
+    assert!(!net.store(1).state().control().allocs[&a].released);
+
+    let (input, mut rx) = release(a, Some("alloc-a"));
+    net.send(1, input);
+    net.settle();
+    answer(&mut rx).expect("the holder's own release");
+    for id in net.ids() {
+        assert!(net.store(id).state().control().allocs[&a].released, "member {id}");
+    }
 }
 
 /// Proposals left on a leader that was cut off before anyone saw them: the new leader's entries

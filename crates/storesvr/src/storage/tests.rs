@@ -129,7 +129,8 @@ fn applied_state_survives_reopen_and_snapshots_carry_it() {
     let mut ours = open(dir.path());
     ours.persist(None, &[entry(1, 1), entry(2, 1)], None).unwrap();
     let out = ours.state_mut().apply(&advance(&[(4, 500), (9, 7)]));
-    let reg = ours.state_mut().apply(&Command::RegisterAlloc { addr: "a:1".into() });
+    let reg =
+        ours.state_mut().apply(&Command::RegisterAlloc { addr: "a:1".into(), identity: None });
     assert!(matches!(reg.result, Ok(Applied::Registered(_))));
     ours.commit_apply(AppliedBatch {
         applied_index: 2,
