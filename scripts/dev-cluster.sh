@@ -9,21 +9,31 @@
 #   scripts/dev-cluster.sh wipe    down, then delete data/local
 # Data, logs, PID files, the cluster config it used and its development PKI (mutual TLS on every
 # plane, made once by `seqctl certs init`) live under data/local/.
+# SEQSVR_DEV_INSECURE=1 runs the same cluster plaintext instead (--insecure, the cluster file
+# data/local/cluster-insecure.toml without [tls]): only to measure what TLS costs
+# (scripts/bench-tls.sh); switch modes with `down` first.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$SEQSVR_ROOT"
 
 LOCAL=$SEQSVR_ROOT/data/local
-CONFIG=$LOCAL/cluster.toml
 CERTS=$LOCAL/certs
+INSECURE=${SEQSVR_DEV_INSECURE:-0}
+if [ "$INSECURE" = 1 ]; then
+  CONFIG=$LOCAL/cluster-insecure.toml
+  tls_flags() { echo --insecure; }
+else
+  CONFIG=$LOCAL/cluster.toml
+  tls_flags() { echo "--tls-cert $CERTS/$1.pem --tls-key $CERTS/$1.key"; }
+fi
 # name → command line, for every process of config/cluster.toml (2 sets × 3 stores + 2 allocs).
 declare -A PROCS
 for set in 0 1; do
   for id in 1 2 3; do
-    PROCS[store-$set-$id]="storesvr --config $CONFIG --set-id $set --node-id $id --data-dir $LOCAL/store-$set-$id --tls-cert $CERTS/store-$set-$id.pem --tls-key $CERTS/store-$set-$id.key"
+    PROCS[store-$set-$id]="storesvr --config $CONFIG --set-id $set --node-id $id --data-dir $LOCAL/store-$set-$id $(tls_flags store-$set-$id)"
   done
   for i in 1 2; do
-    PROCS[alloc-$set-$i]="allocsvr --config $CONFIG --set-id $set --addr 127.0.0.1:72$set$i --tls-cert $CERTS/alloc-$set-$i.pem --tls-key $CERTS/alloc-$set-$i.key"
+    PROCS[alloc-$set-$i]="allocsvr --config $CONFIG --set-id $set --addr 127.0.0.1:72$set$i $(tls_flags alloc-$set-$i)"
   done
 done
 NAMES=$(printf '%s\n' "${!PROCS[@]}" | sort)
@@ -40,13 +50,22 @@ ours_running() {
 
 # The operator's seqctl: the admin identity of the local PKI.
 seqctl() {
-  "$SEQSVR_BIN/seqctl" --config "$CONFIG" --tls-cert "$CERTS/admin.pem" --tls-key "$CERTS/admin.key" "$@"
+  if [ "$INSECURE" = 1 ]; then
+    "$SEQSVR_BIN/seqctl" --config "$CONFIG" "$@"
+  else
+    "$SEQSVR_BIN/seqctl" --config "$CONFIG" --tls-cert "$CERTS/admin.pem" --tls-key "$CERTS/admin.key" "$@"
+  fi
 }
 
 # The local PKI (once) and the cluster file's [tls] section (once): every process serves and
 # dials over mutual TLS, as in production (servers refuse to start without it).
 # The section's paths are relative to data/local/ (the cluster file's directory).
 ensure_pki() {
+  if [ "$INSECURE" = 1 ]; then
+    [ -f "$CONFIG" ] || cp config/cluster.toml "$CONFIG"
+    echo ">> INSECURE: plaintext, no role checks (SEQSVR_DEV_INSECURE=1)"
+    return
+  fi
   if [ ! -f "$CERTS/admin.key" ] || [ ! -f "$LOCAL/tls-block.toml" ]; then
     (cd "$LOCAL" && "$SEQSVR_BIN/seqctl" certs init --dir certs --sets 2 --members 3 --allocs 2 \
       --force >tls-block.toml.new 2>/dev/null && mv tls-block.toml.new tls-block.toml)
@@ -62,7 +81,7 @@ up() {
   ensure_build_deps
   build_release_bins
   mkdir -p "$LOCAL/pids" "$LOCAL/logs"
-  [ -f "$CONFIG" ] || cp config/cluster.toml "$CONFIG"
+  [ -f "$LOCAL/cluster.toml" ] || cp config/cluster.toml "$LOCAL/cluster.toml"
   ensure_pki
   # Explicit bootstrap: the sets are created once (state `new`, marked by data/local/created);
   # every later start says `existing`, so a store whose data dir went missing comes back as an

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A short mutation run a CI can afford (issue 15): cargo-mutants on the safety core of
 # seqsvr-core — the AllocSvr's lease arithmetic (lease.rs), the arbiter's grant and wait
-# decisions (may_grant, over_at, lease_over, is_settled_in) and the store's fencing
-# (StoreState::advance, validate_advance) — against the crate's unit and property tests.
+# decisions (may_grant, over_at, lease_over, is_settled_in), the store's fencing
+# (StoreState::advance, validate_advance) and who may act for a registration
+# (ControlState::check_holder) — against the crate's unit and property tests.
 #
 # Fails (exit 1) if a mutant survives ("missed") that is not listed, with a reason, in
 # docs/reliability/mutants-allowed.txt. Timeouts count as caught (the tests did not pass) but
@@ -20,7 +21,7 @@ WORK=${SEQSVR_MUTANTS_DIR:-$HOME/.cache/seqsvr/mutants}
 # The files and functions mutated: every mutant of lease.rs, and these functions of the others.
 FILES=(crates/seqsvr-core/src/lease.rs crates/seqsvr-core/src/arbiter.rs
   crates/seqsvr-core/src/store.rs)
-RE=${SEQSVR_MUTANTS_RE:-'lease\.rs|Arbiter::may_grant|Arbiter::over_at|Arbiter::lease_over|Arbiter::is_settled_in|StoreState::advance|validate_advance'}
+RE=${SEQSVR_MUTANTS_RE:-'lease\.rs|Arbiter::may_grant|Arbiter::over_at|Arbiter::lease_over|Arbiter::is_settled_in|StoreState::advance|validate_advance|ControlState::check_holder'}
 
 if ! command -v cargo >/dev/null 2>&1; then
   echo "error: cargo not found: install Rust (https://rustup.rs) first" >&2

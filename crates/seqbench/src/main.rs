@@ -92,6 +92,10 @@ struct Workload {
     /// waiting for it (coordinated omission).
     #[arg(long, default_value_t = 0.0)]
     rate: f64,
+    /// PIDs of the server processes (every StoreSvr and AllocSvr, a Redis, ...) whose CPU time
+    /// (user + system, from /proc) during the run is divided by the calls served.
+    #[arg(long, value_delimiter = ',')]
+    server_pids: Vec<u32>,
 }
 
 #[derive(Subcommand)]
@@ -155,6 +159,12 @@ struct RunResult {
     max_us: u64,
     /// Latency percentiles for a plot: (percentile, microseconds).
     curve: Vec<(f64, u64)>,
+    /// CPU time (user + system) of this client process per call served, in µs.
+    #[serde(default)]
+    client_cpu_us_per_call: f64,
+    /// CPU time of the `--server-pids` processes per call served, in µs (0 without them).
+    #[serde(default)]
+    server_cpu_us_per_call: f64,
 }
 
 fn uid_source(w: &Workload, seed: u64) -> anyhow::Result<impl FnMut() -> u64> {
@@ -184,6 +194,7 @@ async fn run(w: Workload) -> anyhow::Result<()> {
     let done_calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let started_calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let progress = tokio::spawn(progress(done_calls.clone(), w.seconds, label_of(&w)));
+    let cpu_before = (cpu_us("self")?, servers_cpu_us(&w.server_pids)?);
     let mut tasks = Vec::new();
     for c in 0..w.concurrency {
         let target = target.clone();
@@ -244,6 +255,9 @@ async fn run(w: Workload) -> anyhow::Result<()> {
         }
     }
     let seconds = started.elapsed().as_secs_f64();
+    let cpu_after = (cpu_us("self")?, servers_cpu_us(&w.server_pids)?);
+    let per_call =
+        |before: u64, after: u64| after.saturating_sub(before) as f64 / calls.max(1) as f64;
     progress.abort();
     if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         eprintln!();
@@ -270,10 +284,13 @@ async fn run(w: Workload) -> anyhow::Result<()> {
         p999_us: hist.value_at_quantile(0.999),
         max_us: hist.max(),
         curve,
+        client_cpu_us_per_call: per_call(cpu_before.0, cpu_after.0),
+        server_cpu_us_per_call: per_call(cpu_before.1, cpu_after.1),
     };
     println!(
-        "{:<22} {:>10.0} calls/s {:>12.0} values/s  p50 {:>6} us  p99 {:>6} us  p99.9 {:>6} us  errors {}",
-        result.label, result.calls_per_s, result.values_per_s, result.p50_us, result.p99_us, result.p999_us, errors
+        "{:<22} {:>10.0} calls/s {:>12.0} values/s  p50 {:>6} us  p99 {:>6} us  p99.9 {:>6} us  errors {}  cpu/call client {:.2} us servers {:.2} us",
+        result.label, result.calls_per_s, result.values_per_s, result.p50_us, result.p99_us, result.p999_us, errors,
+        result.client_cpu_us_per_call, result.server_cpu_us_per_call
     );
     if let Some(out) = &w.out {
         std::fs::write(out, serde_json::to_vec_pretty(&result)?)
@@ -386,6 +403,29 @@ async fn crash_check(w: Workload) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// CPU time (user + system) a process (`"self"` or a PID) has used so far, in µs, from
+/// /proc/<pid>/stat (clock ticks of 10 ms: runs of seconds make that negligible).
+fn cpu_us(pid: &str) -> anyhow::Result<u64> {
+    const TICK_US: u64 = 10_000; // USER_HZ is 100 on Linux
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("process {pid} is not running"))?;
+    cpu_ticks(&stat).map(|t| t * TICK_US).with_context(|| format!("malformed /proc/{pid}/stat"))
+}
+
+/// utime + stime (fields 14 and 15) of a /proc/<pid>/stat line. The command name (field 2,
+/// in parentheses) may hold spaces and parentheses: fields are counted after the last ')'.
+fn cpu_ticks(stat: &str) -> Option<u64> {
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Field 3 (state) is the first after the name: fields 14 and 15 are at 11 and 12.
+    let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    Some(tick(11)? + tick(12)?)
+}
+
+fn servers_cpu_us(pids: &[u32]) -> anyhow::Result<u64> {
+    pids.iter().map(|p| cpu_us(&p.to_string())).sum()
+}
+
 /// Resident memory of a process, from /proc.
 fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -496,6 +536,14 @@ fn report(paths: &[PathBuf], against: &str) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn cpu_ticks_are_utime_plus_stime_after_the_command_name() {
+        let line = "4242 (a (weird) name) S 1 2 3 4 5 6 7 8 9 10 250 30 0 0 20 0 1 0";
+        assert_eq!(cpu_ticks(line), Some(280));
+        assert_eq!(cpu_ticks("4242 (short) S 1 2"), None);
+        assert!(cpu_us("self").is_ok());
+    }
+
     fn workload(dist: &str) -> Workload {
         Workload {
             target: TargetKind::Floor,
@@ -515,6 +563,7 @@ mod tests {
             no_coalesce: false,
             max_in_flight: 2,
             rate: 0.0,
+            server_pids: Vec::new(),
         }
     }
 

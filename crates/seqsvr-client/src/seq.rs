@@ -70,9 +70,12 @@ pub struct SeqClient {
     options: SeqClientOptions,
     /// One route table per known set.
     tables: RwLock<Vec<pb::RouteTable>>,
-    channels: Mutex<HashMap<String, Channel>>,
-    /// Per AllocSvr address: the queue of its coalescing task.
-    coalescers: Mutex<HashMap<String, mpsc::Sender<Pending>>>,
+    /// Per AllocSvr address: its channel, and the generation of the process's TLS identity it
+    /// was built under (`tls::generation`: a rotated certificate gets new channels and
+    /// coalescing tasks; calls already on the old ones finish there).
+    channels: Mutex<HashMap<String, (Channel, u64)>>,
+    /// Per AllocSvr address: the queue of its coalescing task, and its channel's generation.
+    coalescers: Mutex<HashMap<String, (mpsc::Sender<Pending>, u64)>>,
     /// Coalesced RPCs sent (for tests and metrics: calls ÷ RPCs is the coalescing factor).
     coalesced_rpcs: Arc<std::sync::atomic::AtomicU64>,
     counters: Counters,
@@ -286,12 +289,13 @@ impl SeqClient {
     }
 
     fn channel(&self, addr: &str) -> Result<Channel, Status> {
+        let generation = crate::tls::generation();
         let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = channels.get(addr) {
+        if let Some((c, _)) = channels.get(addr).filter(|(_, g)| *g == generation) {
             return Ok(c.clone());
         }
         let c = crate::store::channel_on(addr, crate::tls::Plane::Client)?;
-        channels.insert(addr.to_string(), c.clone());
+        channels.insert(addr.to_string(), (c.clone(), generation));
         Ok(c)
     }
 
@@ -562,8 +566,10 @@ impl SeqClient {
 
     /// The queue of `addr`'s coalescing task, started on first use; it ends with the client.
     fn coalescer(&self, addr: &str) -> Result<mpsc::Sender<Pending>, Status> {
+        let generation = crate::tls::generation();
         let mut coalescers = self.coalescers.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(tx) = coalescers.get(addr).filter(|tx| !tx.is_closed()) {
+        let current = |(tx, g): &&(mpsc::Sender<Pending>, u64)| !tx.is_closed() && *g == generation;
+        if let Some((tx, _)) = coalescers.get(addr).filter(current) {
             return Ok(tx.clone());
         }
         let (tx, rx) = mpsc::channel(self.options.max_queued);
@@ -575,7 +581,7 @@ impl SeqClient {
             self.options.clone(),
             self.coalesced_rpcs.clone(),
         ));
-        coalescers.insert(addr.to_string(), tx.clone());
+        coalescers.insert(addr.to_string(), (tx.clone(), generation));
         Ok(tx)
     }
 

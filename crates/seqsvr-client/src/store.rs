@@ -104,6 +104,9 @@ pub struct StoreClient {
     identity: Option<crate::tls::ClientTls>,
     /// `Plane::SetStore` when the set is known (only its members' certificates are accepted).
     plane: crate::tls::Plane,
+    /// The process identity's generation the channels were built under (`tls::generation`):
+    /// a rotated certificate gets new channels.
+    tls_generation: std::sync::atomic::AtomicU64,
 }
 
 impl StoreClient {
@@ -138,7 +141,13 @@ impl StoreClient {
                 Ok(Member { id: *id, addr: addr.clone(), channel })
             })
             .collect::<Result<Vec<_>, Status>>()?;
-        Ok(StoreClient { members: Mutex::new(members), leader: Mutex::new(0), identity, plane })
+        Ok(StoreClient {
+            members: Mutex::new(members),
+            leader: Mutex::new(0),
+            identity,
+            plane,
+            tls_generation: std::sync::atomic::AtomicU64::new(crate::tls::generation()),
+        })
     }
 
     /// The member currently presumed to lead.
@@ -149,9 +158,29 @@ impl StoreClient {
 
     /// `(id, addr, channel)` of member `index` (taken modulo the member count).
     fn member(&self, index: usize) -> (NodeId, String, Channel) {
+        self.follow_rotation();
         let members = self.members.lock().unwrap_or_else(|e| e.into_inner());
         let m = &members[index % members.len()];
         (m.id, m.addr.clone(), m.channel.clone())
+    }
+
+    /// New channels once the process's certificate rotated (calls running on the old ones
+    /// finish there). A client with an identity of its own keeps it.
+    fn follow_rotation(&self) {
+        use std::sync::atomic::Ordering;
+        if self.identity.is_some() {
+            return;
+        }
+        let now = crate::tls::generation();
+        if self.tls_generation.swap(now, Ordering::Relaxed) == now {
+            return;
+        }
+        let mut members = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        for m in members.iter_mut() {
+            if let Ok(channel) = store_channel_as(&m.addr, self.plane, None) {
+                m.channel = channel;
+            }
+        }
     }
 
     fn n_members(&self) -> usize {

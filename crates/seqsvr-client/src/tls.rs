@@ -5,7 +5,11 @@
 //! CA bundle of the plane it dials ([`Plane`]) and checks the server's certificate for the name
 //! of the role it means to reach (`alloc.<server_name>` or `store.<server_name>`: addresses are
 //! IPs, and one CA issues both roles). Without it, channels are plaintext `http://`.
-//! Files are read once: a certificate rotated on disk is used by a process started after it.
+//! Rotation: an identity read from files ([`ClientTls::read`]) is checked against them at most
+//! once a second ([`generation`]); when they changed and load, the new identity replaces the
+//! old one and the generation moves on, and the crate's clients ([`crate::store::StoreClient`],
+//! [`crate::seq::SeqClient`]) build new channels on their next call (calls already running
+//! finish on the old connection). Files that do not load are logged and the old identity kept.
 
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -35,6 +39,18 @@ pub struct ClientTls {
     pub key_pem: Vec<u8>,
     pub client_ca_pem: Vec<u8>,
     pub store_ca_pem: Vec<u8>,
+    /// The files it was read from (cert, key, client CA, store CA), for rotation.
+    pub files: Option<[std::path::PathBuf; 4]>,
+}
+
+/// What a file looked like when read: its modification time and length.
+type Stamp = Vec<Option<(std::time::SystemTime, u64)>>;
+
+fn stamp(files: &[std::path::PathBuf; 4]) -> Stamp {
+    files
+        .iter()
+        .map(|f| std::fs::metadata(f).ok().and_then(|m| Some((m.modified().ok()?, m.len()))))
+        .collect()
 }
 
 impl std::fmt::Debug for ClientTls {
@@ -84,8 +100,16 @@ impl ClientTls {
         let cert_pem = read(cert)?;
         check_certs(cert, &cert_pem)?;
         let key_pem = read(key)?;
-        PrivateKeyDer::from_pem_slice(&key_pem)
+        let key_der = PrivateKeyDer::from_pem_slice(&key_pem)
             .map_err(|e| format!("{}: private key: {e}", key.display()))?;
+        // The key must be the certificate's: a certificate renamed into place before its key
+        // (a rotation half done) is refused here, not at the next handshake.
+        let chain = CertificateDer::pem_slice_iter(&cert_pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("{}: {e}", cert.display()))?;
+        let provider = rustls::crypto::ring::default_provider();
+        rustls::sign::CertifiedKey::from_der(chain, key_der, &provider)
+            .map_err(|e| format!("{} and {} are not a pair: {e}", cert.display(), key.display()))?;
         let bundle = |path: &Path| -> Result<Vec<u8>, String> {
             let pem = read(path)?;
             check_certs(path, &pem)?;
@@ -97,6 +121,7 @@ impl ClientTls {
             key_pem,
             client_ca_pem: bundle(client_ca)?,
             store_ca_pem: bundle(store_ca)?,
+            files: Some([cert, key, client_ca, store_ca].map(Path::to_path_buf)),
         })
     }
 
@@ -161,16 +186,72 @@ pub fn use_cluster_identity(
     }
 }
 
-static PROCESS_TLS: RwLock<Option<ClientTls>> = RwLock::new(None);
+/// The process's identity, the files' stamps when read, when they were last looked at, and
+/// the generation (bumped by every change).
+struct ProcessTls {
+    tls: Option<ClientTls>,
+    stamp: Stamp,
+    checked: Option<std::time::Instant>,
+    generation: u64,
+}
+
+static PROCESS_TLS: RwLock<ProcessTls> =
+    RwLock::new(ProcessTls { tls: None, stamp: Vec::new(), checked: None, generation: 0 });
+
+/// How often the identity's files are looked at for a rotation.
+pub const RELOAD_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Sets (or, with `None`, clears) the TLS identity of every channel opened from now on.
 pub fn set_process_tls(tls: Option<ClientTls>) {
-    *PROCESS_TLS.write().unwrap_or_else(|e| e.into_inner()) = tls;
+    let mut p = PROCESS_TLS.write().unwrap_or_else(|e| e.into_inner());
+    p.stamp = tls.as_ref().and_then(|t| t.files.as_ref()).map(stamp).unwrap_or_default();
+    p.tls = tls;
+    p.checked = Some(std::time::Instant::now());
+    p.generation += 1;
 }
 
 /// The process's TLS identity, if set.
 pub fn process_tls() -> Option<ClientTls> {
-    PROCESS_TLS.read().unwrap_or_else(|e| e.into_inner()).clone()
+    PROCESS_TLS.read().unwrap_or_else(|e| e.into_inner()).tls.clone()
+}
+
+/// The generation of the process's identity, after picking up a rotation of its files (looked
+/// at once per [`RELOAD_CHECK`] at most): a client whose channels were built under an older
+/// generation builds new ones.
+pub fn generation() -> u64 {
+    {
+        let p = PROCESS_TLS.read().unwrap_or_else(|e| e.into_inner());
+        let due = p.checked.is_none_or(|t| t.elapsed() >= RELOAD_CHECK);
+        if !due || p.tls.as_ref().and_then(|t| t.files.as_ref()).is_none() {
+            return p.generation;
+        }
+    }
+    let mut p = PROCESS_TLS.write().unwrap_or_else(|e| e.into_inner());
+    if p.checked.is_some_and(|t| t.elapsed() < RELOAD_CHECK) {
+        return p.generation; // another caller just looked
+    }
+    p.checked = Some(std::time::Instant::now());
+    let Some(old) = p.tls.clone() else { return p.generation };
+    let Some(files) = old.files.clone() else { return p.generation };
+    let now = stamp(&files);
+    if now == p.stamp {
+        return p.generation;
+    }
+    let [cert, key, client_ca, store_ca] = &files;
+    match ClientTls::read(&old.server_name, cert, key, client_ca, store_ca) {
+        Ok(new) => {
+            tracing::info!(cert = %cert.display(), "client certificate files changed: new \
+                connections use the new identity");
+            p.tls = Some(new);
+            p.stamp = now;
+            p.generation += 1;
+        }
+        // Half-rotated (a key renamed in before its certificate): keep the old identity and
+        // look again next time.
+        Err(e) => tracing::warn!(error = %e, "client certificate files changed but do not load: \
+            the old identity is kept"),
+    }
+    p.generation
 }
 
 /// An endpoint for `addr` (`host:port`) on `plane`: `https://` with the process's TLS identity
@@ -213,6 +294,7 @@ mod tests {
             key_pem: b"junk".to_vec(),
             client_ca_pem: vec![],
             store_ca_pem: vec![],
+            files: None,
         };
         // tonic parses the identity when TLS is applied: https was attempted.
         let err = endpoint_with("127.0.0.1:7001", Plane::Client, Some(&broken)).unwrap_err();

@@ -825,34 +825,65 @@ impl http_body::Body for AuditBody {
     }
 }
 
-/// The client side for dialling `plane`: trust that plane's CA bundle, present this process's
-/// certificate, and check the server's certificate for the name of the role that serves the
-/// plane (`alloc.<server_name>` on the client plane, `store.<server_name>` on the store and peer
-/// planes; addresses are IPs, and one CA may issue both roles).
-/// Files are read now: a long-lived channel keeps the identity it was built with.
-/// `set`: the set of the StoreSvr dialled, when known (a member dialling its peers): then
+/// The client side for dialling `plane`: trust the CA bundle of the plane's servers, present
+/// this process's certificate, and check the server's certificate for the name of the role that
+/// serves the plane (`alloc.<server_name>` on the client plane, `store.<server_name>` on the
+/// store and peer planes; addresses are IPs, and one CA may issue every role). Files are read
+/// now ([`ReloadingClientTls`] follows them). `set`: the set of the StoreSvr dialled, when known (a member dialling its peers): then
 /// only that set's certificates (`store-<set>.<server_name>`) are accepted.
 pub fn client_tls_config(
     files: &TlsFiles,
     plane: Plane,
     set: Option<SetId>,
 ) -> Result<tonic::transport::ClientTlsConfig, TlsError> {
-    // An AllocSvr (the client plane's server) is a store-plane member: its certificate is
-    // checked against the store plane's bundle, never the client bundle (which may hold the
-    // applications' CA).
-    let ca_path = files.ca(match plane {
-        Plane::Client => Plane::Store,
-        other => other,
-    });
-    let ca = read(ca_path)?;
-    parse_certs(ca_path, &ca)?;
-    let cert = read(&files.cert)?;
-    parse_certs(&files.cert, &cert)?;
-    let key = read(&files.key)?;
-    parse_key(&files.key, &key)?;
+    let contents = ClientContents::read(files, plane)?;
+    client_config_of(files, plane, set, &contents)
+}
+
+/// The files a client configuration is built from: the CA bundle of the plane's server, this
+/// process's certificate and key.
+#[derive(Clone, PartialEq, Eq)]
+struct ClientContents {
+    ca: Vec<u8>,
+    cert: Vec<u8>,
+    key: Vec<u8>,
+}
+
+impl ClientContents {
+    /// An AllocSvr (the client plane's server) is a store-plane member: its certificate is
+    /// checked against the store plane's bundle, never the client bundle (which may hold the
+    /// applications' CA).
+    fn ca_plane(plane: Plane) -> Plane {
+        match plane {
+            Plane::Client => Plane::Store,
+            other => other,
+        }
+    }
+
+    fn read(files: &TlsFiles, plane: Plane) -> Result<ClientContents, TlsError> {
+        Ok(ClientContents {
+            ca: read(files.ca(Self::ca_plane(plane)))?,
+            cert: read(&files.cert)?,
+            key: read(&files.key)?,
+        })
+    }
+}
+
+fn client_config_of(
+    files: &TlsFiles,
+    plane: Plane,
+    set: Option<SetId>,
+    c: &ClientContents,
+) -> Result<tonic::transport::ClientTlsConfig, TlsError> {
+    parse_certs(files.ca(ClientContents::ca_plane(plane)), &c.ca)?;
+    let chain = parse_certs(&files.cert, &c.cert)?;
+    let key = parse_key(&files.key, &c.key)?;
+    // The key must be the certificate's (tonic would only find out at the handshake): a
+    // certificate renamed into place before its key is a pair that does not load yet.
+    rustls::sign::CertifiedKey::from_der(chain, key, &provider())?;
     Ok(tonic::transport::ClientTlsConfig::new()
-        .ca_certificate(tonic::transport::Certificate::from_pem(ca))
-        .identity(tonic::transport::Identity::from_pem(cert, key))
+        .ca_certificate(tonic::transport::Certificate::from_pem(&c.ca))
+        .identity(tonic::transport::Identity::from_pem(&c.cert, &c.key))
         .domain_name(match (plane, set) {
             (Plane::Client, _) => seqsvr_core::config::alloc_server_name(&files.server_name),
             (Plane::Store | Plane::Peer, Some(set)) => {
@@ -862,6 +893,73 @@ pub fn client_tls_config(
                 seqsvr_core::config::store_server_name(&files.server_name)
             }
         }))
+}
+
+/// A client configuration rebuilt when its files change (rotation of a member's certificate
+/// for the connections it dials): [`ReloadingClientTls::current`] looks at the files at most
+/// once per [`RELOAD_CHECK`]; files that do not load are logged and the old ones kept.
+pub struct ReloadingClientTls {
+    files: TlsFiles,
+    plane: Plane,
+    set: Option<SetId>,
+    state: Mutex<ClientReloadState>,
+}
+
+struct ClientReloadState {
+    config: tonic::transport::ClientTlsConfig,
+    contents: ClientContents,
+    failed: Option<ClientContents>,
+    checked: Instant,
+    generation: u64,
+}
+
+impl ReloadingClientTls {
+    /// Reads and checks the files now (a member with unusable files does not start).
+    pub fn new(
+        files: TlsFiles,
+        plane: Plane,
+        set: Option<SetId>,
+    ) -> Result<Arc<ReloadingClientTls>, TlsError> {
+        let contents = ClientContents::read(&files, plane)?;
+        let config = client_config_of(&files, plane, set, &contents)?;
+        let state = ClientReloadState {
+            config,
+            contents,
+            failed: None,
+            checked: Instant::now(),
+            generation: 0,
+        };
+        Ok(Arc::new(ReloadingClientTls { files, plane, set, state: Mutex::new(state) }))
+    }
+
+    /// The configuration for new connections and its generation (bumped by every change).
+    pub fn current(&self) -> (u64, tonic::transport::ClientTlsConfig) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.checked.elapsed() >= RELOAD_CHECK {
+            state.checked = Instant::now();
+            match ClientContents::read(&self.files, self.plane) {
+                Ok(c) if c == state.contents || state.failed.as_ref() == Some(&c) => {}
+                Ok(c) => match client_config_of(&self.files, self.plane, self.set, &c) {
+                    Ok(config) => {
+                        tracing::info!(cert = %self.files.cert.display(),
+                            "client TLS files changed: new connections use the new certificate");
+                        state.config = config;
+                        state.contents = c;
+                        state.failed = None;
+                        state.generation += 1;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "client TLS files changed but do not load; \
+                            keeping the previous certificate");
+                        state.failed = Some(c);
+                    }
+                },
+                Err(e) => tracing::warn!(error = %e,
+                    "client TLS files unreadable; keeping the loaded certificate"),
+            }
+        }
+        (state.generation, state.config.clone())
+    }
 }
 
 /// A server's transport security, from the cluster file's `[tls]` and its own

@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Status};
 
@@ -613,6 +613,41 @@ async fn the_server_certificate_rotates_while_serving_without_a_failed_call() {
     load.await.unwrap();
     assert_eq!(failed.load(Ordering::Relaxed), 0, "no call failed during the rotation");
     assert!(ok.load(Ordering::Relaxed) > 20, "the load really ran");
+}
+
+/// The client side rotates too (a member's certificate for the connections it dials): a
+/// `ReloadingClientTls` whose files are replaced hands out the new certificate, under a new
+/// generation, within a few `RELOAD_CHECK`s; a half-written pair is not taken.
+#[tokio::test]
+async fn a_rotated_client_certificate_is_used_for_new_connections() {
+    let (ca, other_ca) = (ca("cluster"), ca("other"));
+    let dir = Dir::one_ca(&ca, &ca.server("store-0-1"));
+    let server = serve(&dir, STORE0).await;
+    // The dialling member starts with a certificate the server does not trust.
+    let me = Dir::one_ca(&ca, &other_ca.issue("store-0-2"));
+    let tls = tls::ReloadingClientTls::new(me.files(), Plane::Peer, Some(SetId(0))).unwrap();
+    let (first, config) = tls.current();
+    let e = refused(attempt(server.addr, config, RAFT_SEND).await);
+    assert_alert(&e, "UnknownCA");
+    // A certificate alone (its key not yet renamed in) does not load: nothing changes.
+    let next = ca.issue("store-0-2");
+    put(&me.path("server.pem"), &next.cert);
+    let half = Instant::now() + tls::RELOAD_CHECK * 3;
+    while Instant::now() < half {
+        assert_eq!(tls.current().0, first, "a half-rotated pair was taken");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    put(&me.path("server.key"), &next.key);
+    let until = Instant::now() + tls::RELOAD_CHECK * 10;
+    let config = loop {
+        let (generation, config) = tls.current();
+        if generation != first {
+            break config;
+        }
+        assert!(Instant::now() < until, "the rotated certificate was not picked up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(matches!(attempt(server.addr, config, RAFT_SEND).await, Outcome::Served));
 }
 
 #[tokio::test]

@@ -31,6 +31,7 @@ use seqsvr_proto::v1::store_service_server::StoreServiceServer;
 use seqsvr_proto::{RAFT_MESSAGE_MAX_BYTES, REPLY_MAX_BYTES, STORE_REQUEST_MAX_BYTES};
 use seqsvr_server::tls::ServeExt as _;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 use storage::{Bootstrap, Identity, NodeStorage};
 use tokio::sync::{oneshot, watch};
@@ -277,13 +278,17 @@ fn write_created_marker(marker: &std::path::Path, set_id: seqsvr_core::ids::SetI
     }
 }
 
-/// The peer plane's client TLS (the peer CA bundle, this member's certificate), if configured.
-fn peer_tls(config: &NodeConfig) -> anyhow::Result<Option<tonic::transport::ClientTlsConfig>> {
+/// The peer plane's client TLS (the peer CA bundle, this member's certificate, re-read when
+/// they change), if configured.
+fn peer_tls(
+    config: &NodeConfig,
+) -> anyhow::Result<Option<Arc<seqsvr_server::tls::ReloadingClientTls>>> {
     let Some(setup) = &config.tls else { return Ok(None) };
     let plane = seqsvr_server::tls::Plane::Peer;
     // Only members of this set may answer: the name of this set's StoreSvrs.
     let set = Some(config.set_id);
-    Ok(Some(seqsvr_server::tls::client_tls_config(&setup.files, plane, set)?))
+    let files = setup.files.clone();
+    Ok(Some(seqsvr_server::tls::ReloadingClientTls::new(files, plane, set)?))
 }
 
 /// `--initial-cluster-state new` on an empty data dir creates the set: refuse when another
@@ -293,7 +298,7 @@ fn peer_tls(config: &NodeConfig) -> anyhow::Result<Option<tonic::transport::Clie
 /// (at creation, the others may not be up yet).
 async fn refuse_new_if_the_set_exists(config: &NodeConfig) -> anyhow::Result<()> {
     use seqsvr_proto::v1::store_admin_client::StoreAdminClient;
-    let tls = &peer_tls(config)?;
+    let tls = &peer_tls(config)?.map(|t| t.current().1);
     let peers = config.members.iter().filter(|(id, _)| *id != config.node_id);
     let asks = peers.map(|(id, addr)| async move {
         let endpoint = seqsvr_server::tls::endpoint(addr, tls.as_ref()).ok()?;

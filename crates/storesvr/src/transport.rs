@@ -3,13 +3,14 @@
 //! send drops the batch and reports the peer unreachable; nothing ever blocks the Ready loop.
 //! It knows nothing of the driver: it implements [`Outbox`] and reports through a [`ReportFn`].
 
-pub use crate::outbox::PeerReport;
+use crate::outbox::PeerReport;
 use crate::outbox::{Outbox, PeerError, ReportFn};
 use protobuf::Message as _;
 use raft::eraftpb::{Message, MessageType};
 use seqsvr_core::ids::{NodeId, SetId};
 use seqsvr_proto::v1::raft_transport_client::RaftTransportClient;
 use seqsvr_proto::v1::RaftMessageBatch;
+use seqsvr_server::tls::ReloadingClientTls;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -36,8 +37,9 @@ pub struct Transport {
     report: ReportFn,
     runtime: tokio::runtime::Handle,
     peers: HashMap<u64, (String, mpsc::Sender<Message>)>,
-    /// The peer plane's TLS (the peer CA bundle, this member's certificate); None: plaintext.
-    tls: Option<tonic::transport::ClientTlsConfig>,
+    /// The peer plane's TLS (the peer CA bundle, this member's certificate, followed when the
+    /// files change); None: plaintext.
+    tls: Option<Arc<ReloadingClientTls>>,
     /// Told to every peer with each batch (see `RaftMessageBatch.sender_vote_blocked`).
     vote_blocked: Arc<AtomicBool>,
 }
@@ -51,7 +53,7 @@ impl Transport {
         self_addr: String,
         peers: &[(NodeId, String)],
         report: ReportFn,
-        tls: Option<tonic::transport::ClientTlsConfig>,
+        tls: Option<Arc<ReloadingClientTls>>,
     ) -> Result<Transport, tonic::transport::Error> {
         let mut transport = Transport {
             set_id,
@@ -74,10 +76,9 @@ impl Transport {
         if id == self.self_id || self.peers.get(&id.0).is_some_and(|(a, _)| a == addr) {
             return Ok(());
         }
-        let endpoint = seqsvr_server::tls::endpoint(addr, self.tls.as_ref())?
-            .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(SEND_TIMEOUT)
-            .tcp_nodelay(true);
+        // Checked now: a bad address is refused here, not in the peer's task.
+        let current = self.tls.as_ref().map(|t| t.current());
+        peer_endpoint(addr, current.as_ref().map(|(_, c)| c))?;
         let (tx, rx) = mpsc::channel(PEER_QUEUE_MESSAGES_MAX);
         let peer = Peer {
             set_id: self.set_id,
@@ -87,8 +88,9 @@ impl Transport {
             addr: addr.to_string(),
             report: self.report.clone(),
             vote_blocked: self.vote_blocked.clone(),
+            tls: self.tls.clone(),
         };
-        self.runtime.spawn(peer.run(endpoint, rx));
+        self.runtime.spawn(peer.run(rx));
         if let Some((old, _)) = self.peers.insert(id.0, (addr.to_string(), tx)) {
             tracing::info!(peer = %id, from = %old, to = %addr, "raft peer address changed");
         } else {
@@ -136,6 +138,17 @@ impl Outbox for Transport {
     }
 }
 
+/// The endpoint of a peer at `addr`, over TLS with `tls` when given.
+fn peer_endpoint(
+    addr: &str,
+    tls: Option<&tonic::transport::ClientTlsConfig>,
+) -> Result<Endpoint, tonic::transport::Error> {
+    Ok(seqsvr_server::tls::endpoint(addr, tls)?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(SEND_TIMEOUT)
+        .tcp_nodelay(true))
+}
+
 struct Peer {
     set_id: SetId,
     from: NodeId,
@@ -144,15 +157,36 @@ struct Peer {
     addr: String,
     report: ReportFn,
     vote_blocked: Arc<AtomicBool>,
+    tls: Option<Arc<ReloadingClientTls>>,
 }
 
+type PeerClient = RaftTransportClient<tonic::transport::Channel>;
+
 impl Peer {
-    async fn run(self, endpoint: Endpoint, mut rx: mpsc::Receiver<Message>) {
-        let mut client = RaftTransportClient::new(endpoint.connect_lazy())
+    /// A client on a new lazy channel, with the TLS configuration of `generation` (if any).
+    fn client(&self) -> Option<(u64, PeerClient)> {
+        let current = self.tls.as_ref().map(|t| t.current());
+        let endpoint = peer_endpoint(&self.addr, current.as_ref().map(|(_, c)| c)).ok()?;
+        let client = RaftTransportClient::new(endpoint.connect_lazy())
             .max_decoding_message_size(seqsvr_proto::RAFT_MESSAGE_MAX_BYTES)
             .max_encoding_message_size(seqsvr_proto::RAFT_MESSAGE_MAX_BYTES);
+        Some((current.map_or(0, |(g, _)| g), client))
+    }
+
+    async fn run(self, mut rx: mpsc::Receiver<Message>) {
+        // The address was checked when the peer was added (`Transport::dial`).
+        let Some((mut generation, mut client)) = self.client() else {
+            tracing::error!(peer = %self.to, addr = %self.addr, "raft peer address unusable");
+            return;
+        };
         let mut reachable = true;
         while let Some(first) = rx.recv().await {
+            // A rotated certificate: a new connection presents it (the old one is dropped).
+            if self.tls.as_ref().is_some_and(|t| t.current().0 != generation) {
+                if let Some((g, c)) = self.client() {
+                    (generation, client) = (g, c);
+                }
+            }
             let mut batch = vec![first];
             while batch.len() < BATCH_MESSAGES_MAX {
                 match rx.try_recv() {
