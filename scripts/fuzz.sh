@@ -60,14 +60,16 @@ for target in "${TARGETS[@]}"; do
   # (A crashed run prints no final stats: `|| true` keeps set -e from ending the script.)
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1 || true)
   secs=$(grep -o 'Done [0-9]* runs in [0-9]* second' "$log" | awk '{print $5}' | tail -1 || true)
+  # libFuzzer's last status line: coverage and the in-memory corpus (entries/size).
+  final=$(grep -P '\tDONE ' "$log" | tail -1 | grep -o 'cov: [0-9]* ft: [0-9]* corp: [^ ]*' || true)
   corpus=$(find "work/corpus/$target" -type f | wc -l)
   if [ "$status" -ne 0 ]; then
     failed+=("$target")
     echo "!! $target failed (exit $status); the end of its log:"
     tail -n 40 "$log"
   fi
-  summary+=("$(printf '%-22s %12s runs %6ss %7s corpus files  exit %s' \
-    "$target" "${runs:-?}" "${secs:-?}" "$corpus" "$status")")
+  summary+=("$(printf '%-20s %11s runs %5ss  %-34s %6s files  exit %s' \
+    "$target" "${runs:-?}" "${secs:-?}" "${final:-?}" "$corpus" "$status")")
 done
 
 echo

@@ -69,6 +69,11 @@ fn describe() {
         "seqsvr_store_leader_changes_total",
         "Times the leader this member knows changed (including to none)."
     );
+    describe_counter!(
+        "seqsvr_store_raft_messages_refused_total",
+        "Raft messages from a peer refused before parsing by the wire pre-check \
+         (seqsvr_core::raft_wire: protobuf groups, malformed fields; RUSTSEC-2024-0437)."
+    );
     describe_gauge!("seqsvr_store_commit_index", "Raft commit index.");
     describe_gauge!("seqsvr_store_applied_index", "Raft index applied to the state machine.");
     describe_gauge!("seqsvr_store_last_index", "Last index in this member's Raft log.");
