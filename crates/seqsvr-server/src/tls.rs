@@ -728,15 +728,17 @@ pub fn require_admin<T>(request: &tonic::Request<T>, what: &str) -> Result<(), t
     match request.extensions().get::<Caller>() {
         None => Ok(()),
         Some(c) if c.role == Role::Admin => Ok(()),
-        Some(c) => {
-            let message = format!(
-                "identity {:?} (role {}) may not make {what}: needs role admin",
-                c.name, c.role
-            );
-            tracing::warn!(target: AUDIT_TARGET, "PERMISSION_DENIED: {message}");
-            Err(tonic::Status::permission_denied(message))
-        }
+        Some(c) => Err(refuse(c, what, "needs role admin")),
     }
+}
+
+/// A handler's refusal of `caller` for `what`: logged to the audit target, PERMISSION_DENIED
+/// naming the identity, its role and `why`.
+fn refuse(caller: &Caller, what: &str, why: &str) -> tonic::Status {
+    let message =
+        format!("identity {:?} (role {}) may not make {what}: {why}", caller.name, caller.role);
+    tracing::warn!(target: AUDIT_TARGET, "PERMISSION_DENIED: {message}");
+    tonic::Status::permission_denied(message)
 }
 
 /// For the StoreService calls an AllocSvr makes for its own registration (register, heartbeat,
@@ -752,13 +754,7 @@ pub fn alloc_identity<T>(
         None => Ok(None),
         Some(c) if c.role == Role::Alloc => Ok(Some(c.name.clone())),
         Some(c) => {
-            let message = format!(
-                "identity {:?} (role {}) may not make {what}: only an AllocSvr (role alloc) does, \
-                 for its own registration",
-                c.name, c.role
-            );
-            tracing::warn!(target: AUDIT_TARGET, "PERMISSION_DENIED: {message}");
-            Err(tonic::Status::permission_denied(message))
+            Err(refuse(c, what, "only an AllocSvr (role alloc) does, for its own registration"))
         }
     }
 }
