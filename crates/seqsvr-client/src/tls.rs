@@ -43,16 +43,6 @@ pub struct ClientTls {
     pub files: Option<[std::path::PathBuf; 4]>,
 }
 
-/// What a file looked like when read: its modification time and length.
-type Stamp = Vec<Option<(std::time::SystemTime, u64)>>;
-
-fn stamp(files: &[std::path::PathBuf; 4]) -> Stamp {
-    files
-        .iter()
-        .map(|f| std::fs::metadata(f).ok().and_then(|m| Some((m.modified().ok()?, m.len()))))
-        .collect()
-}
-
 impl std::fmt::Debug for ClientTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the key.
@@ -186,25 +176,31 @@ pub fn use_cluster_identity(
     }
 }
 
-/// The process's identity, the files' stamps when read, when they were last looked at, and
-/// the generation (bumped by every change).
+/// The process's identity, the files' bytes last looked at (loaded or not), when they were last
+/// looked at, and the generation (bumped by every change).
 struct ProcessTls {
     tls: Option<ClientTls>,
-    stamp: Stamp,
+    seen: Vec<Vec<u8>>,
     checked: Option<std::time::Instant>,
     generation: u64,
 }
 
 static PROCESS_TLS: RwLock<ProcessTls> =
-    RwLock::new(ProcessTls { tls: None, stamp: Vec::new(), checked: None, generation: 0 });
+    RwLock::new(ProcessTls { tls: None, seen: Vec::new(), checked: None, generation: 0 });
 
 /// How often the identity's files are looked at for a rotation.
 pub const RELOAD_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// The bytes an identity was built from, in the order of `ClientTls::files`.
+fn bytes_of(tls: &ClientTls) -> Vec<Vec<u8>> {
+    [&tls.cert_pem, &tls.key_pem, &tls.client_ca_pem, &tls.store_ca_pem].map(|b| b.to_vec()).into()
+}
+
 /// Sets (or, with `None`, clears) the TLS identity of every channel opened from now on.
 pub fn set_process_tls(tls: Option<ClientTls>) {
     let mut p = PROCESS_TLS.write().unwrap_or_else(|e| e.into_inner());
-    p.stamp = tls.as_ref().and_then(|t| t.files.as_ref()).map(stamp).unwrap_or_default();
+    // What was loaded, not what the files hold now: a file replaced since is a change.
+    p.seen = tls.as_ref().map(bytes_of).unwrap_or_default();
     p.tls = tls;
     p.checked = Some(std::time::Instant::now());
     p.generation += 1;
@@ -215,39 +211,48 @@ pub fn process_tls() -> Option<ClientTls> {
     PROCESS_TLS.read().unwrap_or_else(|e| e.into_inner()).tls.clone()
 }
 
-/// The generation of the process's identity, after picking up a rotation of its files (looked
-/// at once per [`RELOAD_CHECK`] at most): a client whose channels were built under an older
-/// generation builds new ones.
+/// The generation of the process's identity, after picking up a rotation of its files (their
+/// contents compared once per [`RELOAD_CHECK`] at most, read outside the lock): a client whose
+/// channels were built under an older generation builds new ones.
 pub fn generation() -> u64 {
-    {
+    let (files, server_name) = {
         let p = PROCESS_TLS.read().unwrap_or_else(|e| e.into_inner());
         let due = p.checked.is_none_or(|t| t.elapsed() >= RELOAD_CHECK);
-        if !due || p.tls.as_ref().and_then(|t| t.files.as_ref()).is_none() {
+        match p.tls.as_ref().and_then(|t| Some((t.files.clone()?, t.server_name.clone()))) {
+            Some(found) if due => found,
+            _ => return p.generation,
+        }
+    };
+    {
+        let mut p = PROCESS_TLS.write().unwrap_or_else(|e| e.into_inner());
+        if p.checked.is_some_and(|t| t.elapsed() < RELOAD_CHECK) {
+            return p.generation; // another caller is looking
+        }
+        p.checked = Some(std::time::Instant::now());
+    }
+    // Unreadable files (mid-rename) count as unchanged: looked at again next time.
+    let Ok(now) = files.iter().map(std::fs::read).collect::<Result<Vec<_>, _>>() else {
+        return PROCESS_TLS.read().unwrap_or_else(|e| e.into_inner()).generation;
+    };
+    {
+        let p = PROCESS_TLS.read().unwrap_or_else(|e| e.into_inner());
+        if now == p.seen {
             return p.generation;
         }
     }
-    let mut p = PROCESS_TLS.write().unwrap_or_else(|e| e.into_inner());
-    if p.checked.is_some_and(|t| t.elapsed() < RELOAD_CHECK) {
-        return p.generation; // another caller just looked
-    }
-    p.checked = Some(std::time::Instant::now());
-    let Some(old) = p.tls.clone() else { return p.generation };
-    let Some(files) = old.files.clone() else { return p.generation };
-    let now = stamp(&files);
-    if now == p.stamp {
-        return p.generation;
-    }
     let [cert, key, client_ca, store_ca] = &files;
-    match ClientTls::read(&old.server_name, cert, key, client_ca, store_ca) {
+    let loaded = ClientTls::read(&server_name, cert, key, client_ca, store_ca);
+    let mut p = PROCESS_TLS.write().unwrap_or_else(|e| e.into_inner());
+    p.seen = now;
+    match loaded {
         Ok(new) => {
-            tracing::info!(cert = %cert.display(), "client certificate files changed: new \
+            tracing::info!(cert = %files[0].display(), "client certificate files changed: new \
                 connections use the new identity");
             p.tls = Some(new);
-            p.stamp = now;
             p.generation += 1;
         }
-        // Half-rotated (a key renamed in before its certificate): keep the old identity and
-        // look again next time.
+        // Half-rotated (a key renamed in before its certificate): keep the old identity; said
+        // once per change of the files.
         Err(e) => tracing::warn!(error = %e, "client certificate files changed but do not load: \
             the old identity is kept"),
     }
