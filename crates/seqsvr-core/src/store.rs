@@ -206,14 +206,6 @@ pub enum Rejected {
     StaleLeaseChange { after_change: u64, lease_changes: u64 },
     #[error("invalid lease: {0}")]
     InvalidLease(String),
-    /// A registration at an address whose current registration another certificate identity
-    /// made: replacing it would take that AllocSvr's sections away (fenced, but an outage).
-    #[error(
-        "address {addr} is held by alloc {alloc}, registered by identity {holder:?}: another \
-         identity cannot replace it (it registers again once that registration expired and was \
-         forgotten, or under the holder's own certificate)"
-    )]
-    AddrHeld { addr: String, alloc: AllocId, holder: String },
     /// A counter (`what`) would pass `u64::MAX`: refused rather than wrapped or panicking.
     #[error("{what} is exhausted (at u64::MAX); the command changed nothing")]
     Exhausted { what: String },
@@ -424,20 +416,10 @@ impl StoreState {
             Command::AdvanceMaxSeq { alloc, sections } => self.advance(*alloc, sections),
             Command::RegisterAlloc { addr, identity } => {
                 let c = &mut self.control;
-                // Only the identity that made an address's current registration may replace it
-                // (a restart of the same AllocSvr); registrations without one (plaintext, or
-                // made before identities were recorded) may be replaced by anyone, as before.
-                let held = c.allocs.iter().find(|(_, r)| {
-                    r.addr == *addr
-                        && !r.replaced
-                        && !r.released
-                        && r.identity.as_ref().is_some_and(|h| Some(h) != identity.as_ref())
-                });
-                if let (Some((&alloc, r)), Some(_)) = (held, identity) {
-                    let holder = r.identity.clone().unwrap_or_default();
-                    let addr = addr.clone();
-                    return ApplyOutcome::control(Err(Rejected::AddrHeld { addr, alloc, holder }));
-                }
+                // Whatever identity registers, an older registration at the address is replaced
+                // (its sections move fenced, after its lease): refusing another identity here
+                // would lock out an AllocSvr whose certificate name changed, for as long as the
+                // old registration owns sections, i.e. for good in a one-AllocSvr set.
                 let id = match bump(c.last_alloc_id, "the alloc id space") {
                     Ok(id) => id,
                     Err(e) => return ApplyOutcome::control(Err(e)),
@@ -760,15 +742,13 @@ mod tests {
         assert_eq!(Command::decode(&reg.encode()).unwrap(), reg);
         let back = ControlState::decode(&c.encode()).unwrap();
         assert_eq!(back.allocs[&a].identity.as_deref(), Some("alloc-a"));
-        // Another identity cannot take over a1's address (and with it a1's sections); the same
-        // identity can (a restart), and so can anyone where the holder had no identity.
-        let other = Command::RegisterAlloc { addr: "a:1".into(), identity: Some("alloc-b".into()) };
-        let out = s.apply(&other);
-        assert!(matches!(out.result, Err(Rejected::AddrHeld { alloc, .. }) if alloc == a));
-        assert!(!out.control_changed);
-        assert!(!s.control().allocs[&a].replaced);
-        let Ok(Applied::Registered(a2)) = s.apply(&reg).result else { panic!("restart refused") };
+        // A registration at a1's address under a new identity (its certificate renamed) replaces
+        // a1, as a restart does; the new one is bound to the new identity.
+        let renamed =
+            Command::RegisterAlloc { addr: "a:1".into(), identity: Some("alloc-b".into()) };
+        let Ok(Applied::Registered(a2)) = s.apply(&renamed).result else { panic!("refused") };
         assert!(s.control().allocs[&a].replaced && !s.control().allocs[&a2].replaced);
+        assert_eq!(s.control().check_holder(a2, Some("alloc-b")), Ok(()));
         let on_plain = Command::RegisterAlloc { addr: "b:1".into(), identity: Some("x".into()) };
         assert!(matches!(s.apply(&on_plain).result, Ok(Applied::Registered(_))));
         assert!(s.control().allocs[&plain].replaced);
