@@ -29,7 +29,7 @@ echo ">> short nemesis run (every fault kind; history in $out/main)"
 # `seqcheck lost-disk` is cluster test t90.)
 build_teeth_bins no-lease-wait no-fencing bootstrap-empty-voter no-alloc-lease-check \
   no-quorum-check no-readindex-before-grant no-control-persist release-before-stop \
-  lease-on-wall-clock lease-from-receive-time no-holder-check
+  lease-on-wall-clock lease-from-receive-time no-holder-check no-worker-wait no-high-water
 # A teeth build must make a seqcheck run report a violation (exit 1); anything else, a pass
 # (0) or a run that could not be carried out (2), fails the suite.
 expect_caught() { # teeth-name, then the seqcheck command line
@@ -69,6 +69,10 @@ expect_caught lease-on-wall-clock nemesis --seconds 10 --seed 1 --sets 1 --fault
 expect_caught lease-from-receive-time nemesis --seconds 10 --seed 1 --sets 1 \
   --faults delay-alloc-replies --lease-ms 9000 --lease-margin-ms 50 --heartbeat-ms 4450 \
   --out "$out/teeth-lease-from-receive-time"
+# Ids (issue 10): a new holder of a worker id that starts from its clock instead of above the
+# persisted high-water mark reissues ids once clock-back-restart sets an AllocSvr's clock back.
+expect_caught no-high-water nemesis --seconds 60 --seed 3 --sets 1 \
+  --faults clock-back-restart,kill-alloc --out "$out/teeth-no-high-water"
 # Teeth that no nemesis fault reaches have a targeted cluster test (tests/tests/t95_teeth_*.rs)
 # that the normal build passed in `cargo test` above and the teeth build must fail, saying why.
 expect_test_caught() { # teeth-name, test target, text its failure must contain
@@ -94,6 +98,10 @@ expect_test_caught release-before-stop t95_teeth_release_before_stop "I1/I3 viol
 # ReleaseAlloc from another AllocSvr's certificate: the store moves the sections while their
 # owner serves, unless only the registering identity may release.
 expect_test_caught no-holder-check t95_teeth_foreign_release "I1/I3 violated"
+# Ids (issue 10): a worker id handed on while its cut-off holder may still issue, and a new
+# holder that starts from its clock (set back) instead of above the persisted high-water mark.
+expect_test_caught no-worker-wait t95_teeth_worker_wait "ids violated"
+expect_test_caught no-high-water t95_teeth_high_water "ids violated"
 echo ">> nemesis and teeth checks passed (histories in $out)"
 # The same promise on real container networks (docker kill, network disconnect, pause, rolling
 # restart, a store replaced with an empty volume); prints "skipped" without a Docker engine.

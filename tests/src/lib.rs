@@ -145,3 +145,98 @@ pub async fn uids_by_owner(client: &Arc<SeqClient>, owner_addr: &str) -> (Vec<u6
     })
     .await
 }
+
+/// `NextIds` calls recorded for the id checker (`seqsvr_check::ids`): each call's invoke and
+/// completion time on one clock, and what it answered.
+pub struct IdRecorder {
+    t0: Instant,
+    calls: Mutex<Vec<seqsvr_check::ids::IdCall>>,
+}
+
+impl Default for IdRecorder {
+    fn default() -> Self {
+        IdRecorder { t0: Instant::now(), calls: Mutex::new(Vec::new()) }
+    }
+}
+
+impl IdRecorder {
+    /// One `NextIds` at the AllocSvr at `addr` (set 0), recorded; answers the ids (or the
+    /// error).
+    pub async fn next_ids(
+        &self,
+        addr: &str,
+        scheme: &str,
+        count: u32,
+        business: u64,
+    ) -> Result<(u64, Vec<u128>), tonic::Status> {
+        use seqsvr_check::ids::{IdCall, IdOutcome};
+        let layout_scheme = test_ids_config().schemes[scheme].scheme;
+        let channel = seqsvr_client::store::alloc_channel(addr)?;
+        let mut client = seqsvr_proto::v1::id_service_client::IdServiceClient::new(channel);
+        let invoke_ns = self.t0.elapsed().as_nanos() as u64;
+        let request = seqsvr_proto::v1::NextIdsRequest { scheme: scheme.into(), count, business };
+        let answer = client.next_ids(request).await;
+        let complete_ns = self.t0.elapsed().as_nanos() as u64;
+        let (outcome, result) = match answer {
+            Ok(r) => {
+                let outcome = IdOutcome::of_answer(layout_scheme, r.get_ref());
+                let result = match &outcome {
+                    IdOutcome::Ok { worker_id, ids } => Ok((*worker_id, ids.clone())),
+                    other => Err(tonic::Status::internal(format!("{other:?}"))),
+                };
+                (outcome, result)
+            }
+            Err(s)
+                if matches!(
+                    s.code(),
+                    Code::InvalidArgument | Code::NotFound | Code::Unimplemented
+                ) =>
+            {
+                (IdOutcome::Fail { code: format!("{:?}", s.code()) }, Err(s))
+            }
+            Err(s) => (IdOutcome::Unknown { reason: s.message().to_string() }, Err(s)),
+        };
+        let call = IdCall {
+            client: 0,
+            set: 0,
+            alloc: addr.to_string(),
+            scheme: scheme.to_string(),
+            count,
+            business,
+            invoke_ns,
+            complete_ns,
+            outcome,
+        };
+        self.calls.lock().unwrap_or_else(|e| e.into_inner()).push(call);
+        result
+    }
+
+    /// Checks every recorded call: successful ones, no id twice, each worker id's ids
+    /// increasing in real time. A failure starts with "ids violated", which the teeth runs of
+    /// `scripts/test.sh` look for.
+    pub fn assert_no_violation(&self) -> seqsvr_check::ids::IdReport {
+        let calls = self.calls.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let layouts = test_ids_config()
+            .load(seqsvr_server_now_ms(), &[])
+            .expect("the test id schemes load")
+            .into_iter()
+            .map(|(name, (layout, _))| (name, layout))
+            .collect();
+        let report = seqsvr_check::ids::check(&calls, &layouts);
+        assert!(report.n_ok > 0, "no successful NextIds call recorded");
+        assert!(
+            report.is_valid(),
+            "ids violated: {} violations, first: {:?}",
+            report.violations.len(),
+            &report.violations[..report.violations.len().min(3)]
+        );
+        report
+    }
+}
+
+/// The wall clock in Unix ms (the test process is never under libfaketime).
+fn seqsvr_server_now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

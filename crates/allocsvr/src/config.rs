@@ -70,6 +70,8 @@ pub struct AllocConfig {
     pub max_batch_sections: usize,
     /// Mutual TLS (the cluster file's `[tls]` + --tls-cert/--tls-key); None: plaintext.
     pub tls: Option<seqsvr_server::tls::TlsSetup>,
+    /// The id schemes served (`[ids]`), loaded at start.
+    pub ids: crate::ids::IdSetup,
 }
 
 impl AllocConfig {
@@ -118,6 +120,12 @@ impl AllocConfig {
             tuning,
             max_batch_sections: cluster.store.max_batch_sections,
             tls,
+            ids: crate::ids::IdSetup::from_cluster(
+                &cluster,
+                set_id,
+                seqsvr_server::clock::unix_ms_now(),
+            )
+            .with_context(|| format!("in {}", args.config.display()))?,
         })
     }
 }
@@ -139,6 +147,7 @@ impl AllocConfig {
             tuning: AllocTuning::default(),
             max_batch_sections: 100,
             tls: None,
+            ids: Default::default(),
         }
     }
 }

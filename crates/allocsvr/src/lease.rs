@@ -41,6 +41,8 @@ pub struct Inner {
     pub route: pb::RouteTable,
     /// Shutting down: serves nothing more, ever (set before its sections are released).
     pub stopping: bool,
+    /// The worker ids held for id schemes and their generators (`ids.rs`).
+    pub ids: crate::ids::IdWorkers,
 }
 
 /// Milliseconds since boot, rounded down: a lease measured from it starts no later than the
@@ -126,6 +128,10 @@ pub struct Shared {
     /// Calls waiting now (for an advance, a load, a hand-over or a lease), at most
     /// `alloc.max_waiting_calls` (see `service.rs::WaitSlot`).
     pub waiting_calls: std::sync::atomic::AtomicUsize,
+    /// The id schemes served (`[ids]`).
+    pub ids: crate::ids::IdSetup,
+    /// One worker id lease in flight per scheme.
+    pub id_locks: std::collections::BTreeMap<String, tokio::sync::Mutex<()>>,
 }
 
 impl Shared {
@@ -144,7 +150,11 @@ impl Shared {
             entries: Vec::new(),
         };
         let store = StoreClient::for_set(config.set_id, &config.stores)?;
+        let ids = config.ids.clone();
+        let id_locks = ids.schemes.keys().map(|k| (k.clone(), Default::default())).collect();
         Ok(Arc::new(Shared {
+            ids,
+            id_locks,
             config,
             inner: Mutex::new(Inner {
                 table,
@@ -152,6 +162,7 @@ impl Shared {
                 alloc_id: None,
                 route,
                 stopping: false,
+                ids: Default::default(),
             }),
             changed: Notify::new(),
             wake_advancer: Notify::new(),
@@ -250,6 +261,7 @@ pub async fn lease_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                     inner.lease_until = None;
                     inner.table.grant(&[]);
                     inner.alloc_id = None;
+                    inner.ids.clear();
                 }
                 shared.changed.notify_waiters();
                 // Register again after a back-off: the first is short (the lease is gone, so
@@ -311,6 +323,8 @@ fn install_grant(
         if let Some(table) = reply.route_table {
             inner.install_route(table);
         }
+        let workers = reply.workers.iter().map(|w| (w.scheme.clone(), w.worker_id)).collect();
+        inner.ids.keep_granted(&workers, sent);
         inner.table.grant(&runs)
     };
     shared.changed.notify_waiters();
@@ -441,6 +455,7 @@ pub async fn hand_back(shared: &Arc<Shared>, within: Duration) {
         let mut inner = shared.lock();
         inner.stopping = true;
         inner.lease_until = None;
+        inner.ids.clear();
         let held = inner.table.usage();
         inner.table.grant(&[]);
         drop(inner);
@@ -489,7 +504,14 @@ mod tests {
         let table =
             AllocTable::new(TableConfig { section_size: 10, step: 10, prefetch_remaining: 9 });
         let route = pb::RouteTable { set_id: 1, version: 3, ..Default::default() };
-        Inner { table, lease_until: None, alloc_id: Some(AllocId(1)), route, stopping: false }
+        Inner {
+            table,
+            lease_until: None,
+            alloc_id: Some(AllocId(1)),
+            route,
+            stopping: false,
+            ids: Default::default(),
+        }
     }
 
     fn at(ms: u64) -> BootInstant {
@@ -604,6 +626,7 @@ mod tests {
             lease_margin_ms: 500,
             runs: vec![run(1, 3, 4)],
             route_table: Some(pb::RouteTable { set_id: 1, version: 9, ..Default::default() }),
+            workers: Vec::new(),
         };
         install_grant(&shared, AllocId(1), at(100_000), at(100_800), reply);
         let mut inner = shared.lock();

@@ -11,6 +11,7 @@
 //! - the allocation table itself is pure logic in `seqsvr_core::alloc`.
 
 pub mod config;
+pub mod ids;
 pub mod lease;
 pub mod metrics;
 pub mod observe;
@@ -26,6 +27,9 @@ use tokio::sync::watch;
 /// The public service's full name, as health and reflection report it.
 pub const SEQ_SERVICE: &str =
     <SeqServiceServer<service::SeqServer> as tonic::server::NamedService>::NAME;
+
+/// The id service's full name.
+pub const ID_SERVICE: &str = <seqsvr_proto::v1::id_service_server::IdServiceServer<ids::IdServer> as tonic::server::NamedService>::NAME;
 
 /// The public service with its message size limits: requests up to
 /// [`seqsvr_proto::seq_request_max_bytes`] of `max_batch_uids` (a larger one is refused with
@@ -73,7 +77,7 @@ pub async fn run(config: AllocConfig, shutdown: impl Future<Output = ()>) -> any
     let (stop_observe, stop_rx_observe) = watch::channel(false);
     let advancer_task = tokio::spawn(lease::advancer(shared.clone(), stop_rx));
 
-    let services = [SEQ_SERVICE];
+    let services = [SEQ_SERVICE, ID_SERVICE];
     let (health, health_service) = seqsvr_server::grpc::Health::new(&services).await;
     let observe_task = tokio::spawn(observe::observe(shared.clone(), health, stop_rx_observe));
     let (reflection_v1, reflection_v1alpha) = seqsvr_server::grpc::reflection(&services)?;
@@ -85,6 +89,12 @@ pub async fn run(config: AllocConfig, shutdown: impl Future<Output = ()>) -> any
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(seq_service(shared.clone()))
+        .add_service(
+            seqsvr_proto::v1::id_service_server::IdServiceServer::new(ids::IdServer {
+                shared: shared.clone(),
+            })
+            .max_encoding_message_size(seqsvr_proto::REPLY_MAX_BYTES),
+        )
         .serve_maybe_tls(listener, tls.as_ref(), {
             let (shared, stop) = (shared.clone(), stop.clone());
             async move {

@@ -99,6 +99,16 @@ pub struct AllocMetrics {
     pub route_version: Gauge,
     pub heartbeats_ok: Counter,
     pub heartbeats_failed: Counter,
+    /// Ids issued by `NextIds` (every scheme).
+    pub ids_issued: Counter,
+    /// Worker ids leased from the store.
+    pub ids_workers_leased: Counter,
+    /// High-water marks raised in the store.
+    pub ids_reservations: Counter,
+    /// Wall-clock readings below the one before (per worker id).
+    pub ids_clock_back: Counter,
+    /// Times a `NextIds` call had to wait for the clock.
+    pub ids_clock_waits: Counter,
 }
 
 impl AllocMetrics {
@@ -132,6 +142,11 @@ impl AllocMetrics {
             route_version: gauge!("seqsvr_alloc_route_version"),
             heartbeats_ok: counter!("seqsvr_alloc_heartbeats_total", "outcome" => "ok"),
             heartbeats_failed: counter!("seqsvr_alloc_heartbeats_total", "outcome" => "failed"),
+            ids_issued: counter!("seqsvr_alloc_ids_issued_total"),
+            ids_workers_leased: counter!("seqsvr_alloc_id_workers_leased_total"),
+            ids_reservations: counter!("seqsvr_alloc_id_reservations_total"),
+            ids_clock_back: counter!("seqsvr_alloc_id_clock_back_total"),
+            ids_clock_waits: counter!("seqsvr_alloc_id_clock_waits_total"),
         }
     }
 
@@ -180,6 +195,23 @@ fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     describe_counter!("seqsvr_alloc_calls_total", "Public calls answered, by RPC and outcome.");
     describe_counter!("seqsvr_alloc_values_total", "Sequence values handed out, by RPC.");
+    describe_counter!("seqsvr_alloc_ids_issued_total", "Globally unique ids issued by NextIds.");
+    describe_counter!(
+        "seqsvr_alloc_id_workers_leased_total",
+        "Worker ids leased from the store (one per scheme per registration, more after a drop)."
+    );
+    describe_counter!(
+        "seqsvr_alloc_id_reservations_total",
+        "High-water marks of worker ids raised in the store (ReserveTime)."
+    );
+    describe_counter!(
+        "seqsvr_alloc_id_clock_back_total",
+        "Times the wall clock read lower than before while issuing ids (issued times never go back)."
+    );
+    describe_counter!(
+        "seqsvr_alloc_id_clock_waits_total",
+        "Times a NextIds call waited for the clock to reach the time already used."
+    );
     describe_histogram!(
         "seqsvr_alloc_request_duration_seconds",
         Unit::Seconds,

@@ -70,14 +70,7 @@ impl SeqServer {
     }
 
     fn deadline<T>(&self, request: &Request<T>) -> Instant {
-        let ours = Duration::from_millis(self.shared.config.tuning.request_timeout_ms);
-        let theirs = request
-            .metadata()
-            .get("grpc-timeout")
-            .and_then(|v| v.to_str().ok())
-            .and_then(seqsvr_proto::parse_grpc_timeout)
-            .map(|d| d.mul_f64(0.9));
-        Instant::now() + theirs.map_or(ours, |t| t.min(ours))
+        call_deadline(request, self.shared.config.tuning.request_timeout_ms)
     }
 
     /// Runs `op` under the lock until it succeeds, fails for good, or the deadline passes. The
@@ -232,6 +225,19 @@ impl Drop for WaitSlot<'_> {
     fn drop(&mut self) {
         self.waiting.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
+}
+
+/// When a public call must be answered: within 90% of the caller's `grpc-timeout` (so the
+/// answer arrives before the caller gives up), at most `request_timeout_ms`.
+pub(crate) fn call_deadline<T>(request: &Request<T>, request_timeout_ms: u64) -> Instant {
+    let ours = Duration::from_millis(request_timeout_ms);
+    let theirs = request
+        .metadata()
+        .get("grpc-timeout")
+        .and_then(|v| v.to_str().ok())
+        .and_then(seqsvr_proto::parse_grpc_timeout)
+        .map(|d| d.mul_f64(0.9));
+    Instant::now() + theirs.map_or(ours, |t| t.min(ours))
 }
 
 /// What one look under the lock decided.

@@ -98,6 +98,9 @@ pub enum Command {
         #[arg(required = true)]
         uids: Vec<u64>,
     },
+    /// Globally unique, time-ordered ids of the cluster config's `[ids.schemes]`.
+    #[command(subcommand)]
+    Id(IdCommand),
     /// Every set's route table: which AllocSvr serves which sections.
     Route,
     /// AllocSvr registrations and leases as each set's leader sees them.
@@ -159,6 +162,32 @@ pub enum CertsCommand {
         /// Replace existing files in DIR.
         #[arg(long)]
         force: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum IdCommand {
+    /// New ids of SCHEME from any AllocSvr, one per line (decimal; the 8-4-4-4-12 form for
+    /// uuidv7); the worker id they carry goes to stderr (`--json`: into the object).
+    Next {
+        /// A scheme name from the cluster config's `[ids.schemes]`.
+        scheme: String,
+        /// How many ids (at most the config's `ids.max_count`).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        count: u32,
+        /// weibo's business number (0 to 31); 0 for the other schemes.
+        #[arg(long, default_value_t = 0)]
+        business: u64,
+    },
+    /// Decode an id of SCHEME: time (RFC 3339 and raw units), worker, business or session
+    /// fields, sequence, canonical text and the layout. Needs no server and no certificate:
+    /// it reads only the cluster config's `[ids.schemes]`.
+    Decode {
+        /// A scheme name from the cluster config's `[ids.schemes]`.
+        scheme: String,
+        /// The id's text form (decimal for the 64-bit schemes, 8-4-4-4-12 hex for uuidv7,
+        /// XXXX-XXXX-XXXX-XXXX for rongcloud) or, for uuidv7 and rongcloud, a decimal number.
+        id: String,
     },
 }
 

@@ -2,7 +2,7 @@
 //! `etcdctl --endpoints`): `--config FILE` or `SEQSVR_CONFIG`.
 //!
 //! Layout: `cli` (the command line, clap), `commands` (the logic, one module per area:
-//! `store`, `alloc` (routes, leases, section moves), `seq`, `status` (and `watch`), `health`),
+//! `store`, `alloc` (routes, leases, section moves), `seq`, `id` (ids: next, decode), `status` (and `watch`), `health`),
 //! `render` (rows → tables and `--json` from the same structs), `ctx` (config, deadline),
 //! `error` (exit codes, actionable errors).
 

@@ -170,6 +170,37 @@ fn use_admin_identity(tls: &TlsConfig) {
     seqsvr_client::tls::set_process_tls(Some(admin));
 }
 
+/// The id schemes every test cluster serves: each of the five, under its own name, with
+/// `uid-generator` on a 2025 epoch (its default one ran out in 2024) and 30 bits of seconds.
+pub fn test_ids_config() -> seqsvr_core::config::IdsConfig {
+    use seqsvr_core::config::{IdSchemeConfig, IdsConfig};
+    use seqsvr_core::idscheme::Scheme;
+    let plain = |scheme| IdSchemeConfig {
+        scheme,
+        epoch_ms: None,
+        unit: None,
+        time_bits: None,
+        worker_bits: None,
+        seq_bits: None,
+        workers_per_set: None,
+    };
+    let mut schemes = BTreeMap::new();
+    for scheme in [Scheme::Snowflake, Scheme::Weibo, Scheme::UuidV7, Scheme::RongCloud] {
+        schemes.insert(scheme.name().to_string(), plain(scheme));
+    }
+    schemes.insert(
+        Scheme::UidGenerator.name().to_string(),
+        IdSchemeConfig {
+            epoch_ms: Some(1_735_689_600_000), // 2025-01-01T00:00:00Z
+            time_bits: Some(30),
+            worker_bits: Some(20),
+            seq_bits: Some(13),
+            ..plain(Scheme::UidGenerator)
+        },
+    );
+    IdsConfig { schemes, ..IdsConfig::default() }
+}
+
 /// A free TCP port on 127.0.0.1, never handed out twice by this process.
 pub fn free_port() -> u16 {
     static USED: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
@@ -239,6 +270,8 @@ pub struct ClusterOptions {
     /// Mutual TLS everywhere (the default, as in production); false: every process runs with
     /// `--insecure` (plaintext, no role checks).
     pub tls: bool,
+    /// The `[ids]` section (default: [`test_ids_config`], every scheme).
+    pub ids: seqsvr_core::config::IdsConfig,
 }
 
 /// Where Debian's `faketime` package puts the preload library.
@@ -276,6 +309,7 @@ impl Default for ClusterOptions {
             faketime: false,
             created_marker: false,
             tls: true,
+            ids: test_ids_config(),
         }
     }
 }
@@ -388,6 +422,7 @@ impl Cluster {
             alloc: options.alloc.clone(),
             sets,
             tls: options.tls.then(|| test_tls_config(options.sets)),
+            ids: options.ids.clone(),
         };
         config.validate().expect("test cluster config is valid");
         match &config.tls {

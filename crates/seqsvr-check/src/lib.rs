@@ -10,10 +10,13 @@
 //! - [`nemesis`]: seeded fault schedules and the runner behind `seqcheck nemesis`.
 //! - [`load`]: `seqcheck load`: the nemesis's client load against any running cluster (a cluster
 //!   file), with steps marked on stdin by an outside fault script (the container chaos test).
+//! - [`ids`]: `IdService.NextIds` calls as JSON lines and the checker of the id guarantees
+//!   (no id twice per scheme; one worker id's ids only grow in real time), issue 10.
 //! - [`lost_disk`]: the lost-disk interleaving (`DESIGN.md` §8) behind `seqcheck lost-disk`.
 
 pub mod cluster;
 pub mod history;
+pub mod ids;
 pub mod load;
 pub mod lost_disk;
 pub mod nemesis;

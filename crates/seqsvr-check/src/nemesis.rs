@@ -7,7 +7,12 @@
 //! runner heals the cluster and retries it a bounded number of times, then skips it, and the
 //! report counts every kind's runs and skips with their reasons. The run fails only when a
 //! scheduled fault kind could not run at all, or when the cluster does not recover.
+//!
+//! Ids (issue 10): beside the seq load, an id load calls `IdService.NextIds` (`ids.jsonl`,
+//! checked by [`crate::ids::check`]); id violations count as violations of the run
+//! (`nemesis/id_faults.rs`).
 
+mod id_faults;
 mod lease_faults;
 mod membership;
 
@@ -63,9 +68,14 @@ pub enum FaultKind {
     /// value there: a lease measured from the answer's arrival would still look valid
     /// (`nemesis/lease_faults.rs`).
     DelayAllocReplies,
+    /// `kill -9` an AllocSvr, set its wall clock 5 to 120 s back, restart it once its
+    /// registration expired (its worker ids may come back to it), later restart it with its
+    /// clock right: ids must stay unique and one worker's ids increasing
+    /// (`nemesis/id_faults.rs`).
+    ClockBackRestart,
 }
 
-pub const ALL_FAULTS: [FaultKind; 11] = [
+pub const ALL_FAULTS: [FaultKind; 12] = [
     FaultKind::KillAlloc,
     FaultKind::KillStoreLeader,
     FaultKind::KillStoreMajority,
@@ -77,6 +87,7 @@ pub const ALL_FAULTS: [FaultKind; 11] = [
     FaultKind::ReplaceMember,
     FaultKind::TransferLeaderStorm,
     FaultKind::DelayAllocReplies,
+    FaultKind::ClockBackRestart,
 ];
 
 impl FaultKind {
@@ -97,6 +108,7 @@ impl FaultKind {
             FaultKind::ReplaceMember => "replace-member",
             FaultKind::TransferLeaderStorm => "transfer-leader-storm",
             FaultKind::DelayAllocReplies => "delay-alloc-replies",
+            FaultKind::ClockBackRestart => "clock-back-restart",
         }
     }
 }
@@ -192,7 +204,11 @@ pub struct Summary {
     pub seconds: u64,
     pub faults: Vec<FaultRecord>,
     pub faults_by_kind: BTreeMap<&'static str, KindTally>,
+    /// The seq history's report; id violations are mirrored into its `violations` too (see
+    /// [`crate::ids::IdReport::mirror_into`]), so one verdict covers both.
     pub report: Report,
+    /// The id history's report (`ids.jsonl`).
+    pub ids: crate::ids::IdReport,
 }
 
 impl Summary {
@@ -223,7 +239,8 @@ impl Summary {
             }
             t.push_str(&format!("| faults: {kind} | {} |\n", cell.replace('|', "/")));
         }
-        t.push_str(&format!("| violations | {} |\n", r.violations.len()));
+        t.push_str(&self.ids.table_rows());
+        t.push_str(&format!("| violations (seq and id) | {} |\n", r.violations.len()));
         t
     }
 }
@@ -345,10 +362,15 @@ const LATE_CHANCES: u32 = 2;
 pub async fn run(cfg: RunConfig) -> anyhow::Result<Summary> {
     std::fs::create_dir_all(&cfg.out_dir)?;
     let faketime = std::path::Path::new(LIBFAKETIME).exists();
+    let needs_faketime =
+        |k: FaultKind| matches!(k, FaultKind::ClockJump | FaultKind::ClockBackRestart);
     let kinds: Vec<FaultKind> =
-        cfg.kinds.iter().copied().filter(|&k| k != FaultKind::ClockJump || faketime).collect();
+        cfg.kinds.iter().copied().filter(|&k| !needs_faketime(k) || faketime).collect();
     if kinds.len() < cfg.kinds.len() {
-        eprintln!("warning: {LIBFAKETIME} missing (Debian package faketime): no clock-jump faults");
+        eprintln!(
+            "warning: {LIBFAKETIME} missing (Debian package faketime): no clock-jump or \
+             clock-back-restart faults"
+        );
     }
     anyhow::ensure!(!kinds.is_empty(), "no fault kinds to inject");
     let mut options = ClusterOptions {
@@ -394,6 +416,16 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Summary> {
         clients.push(Arc::new(SeqClient::connect(&seeds(&cluster), WAIT_MAX).await?));
     }
     let load = start_load(clients, uids, cfg.seed, t0);
+    // ---- ids (issue 10): the id load on every AllocSvr of every set ----
+    let (id_schemes, id_layouts) =
+        id_faults::served_schemes(&cluster.config.ids, &cluster.config.sets)?;
+    let id_allocs: Vec<(u64, String)> = cluster
+        .config
+        .sets
+        .iter()
+        .flat_map(|s| s.allocs.iter().map(move |a| (s.id.0, a.clone())))
+        .collect();
+    let id_load = id_faults::start_id_load(id_allocs, id_schemes.clone(), cfg.seed, t0);
     let plan = schedule(cfg.seed, &kinds, 10_000, cfg.sets, allocs);
     let mut records: Vec<FaultRecord> = Vec::new();
     let mut tally: BTreeMap<FaultKind, KindTally> =
@@ -423,6 +455,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Summary> {
         let ctx = Ctx {
             client: &client,
             ops: &load.ops,
+            ids: &id_load.recorder,
             t0,
             log: Mutex::new(String::new()),
             anomaly: AtomicBool::new(false),
@@ -472,10 +505,23 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Summary> {
         }
     }
     let ops = load.finish(&cfg.out_dir).await?;
-    let report = check(&ops);
+    let mut report = check(&ops);
+    // ---- ids: check, fail the run if a scheme was never served, mirror the violations ----
+    let id_calls = id_load.finish(&cfg.out_dir).await?;
+    let ids = crate::ids::check(&id_calls, &id_layouts);
+    if run_error.is_none() {
+        run_error = id_faults::unserved(&ids, &id_schemes);
+    }
+    ids.mirror_into(&mut report, &id_calls);
     let faults_by_kind = tally.into_iter().map(|(k, t)| (k.name(), t)).collect();
-    let summary =
-        Summary { seed: cfg.seed, seconds: cfg.seconds, faults: records, faults_by_kind, report };
+    let summary = Summary {
+        seed: cfg.seed,
+        seconds: cfg.seconds,
+        faults: records,
+        faults_by_kind,
+        report,
+        ids,
+    };
     std::fs::write(cfg.out_dir.join("report.json"), serde_json::to_vec_pretty(&summary)?)?;
     std::fs::write(cfg.out_dir.join("summary.md"), summary.table())?;
     let retried = summary.faults_by_kind.values().any(|t| t.retried > 0 || t.skipped > 0);
@@ -595,6 +641,8 @@ fn seeds(cluster: &Cluster) -> Vec<String> {
 struct Ctx<'a> {
     client: &'a SeqClient,
     ops: &'a Mutex<Vec<Operation>>,
+    /// The id history, for faults that call `NextIds` themselves.
+    ids: &'a id_faults::IdRecorder,
     t0: Instant,
     log: Mutex<String>,
     /// Something worth a look that is not a violation (a server answer that breaks a rule the
@@ -690,6 +738,9 @@ async fn inject(cluster: &mut Cluster, fault: &Fault, ctx: &Ctx<'_>) -> anyhow::
             lease_faults::delay_alloc_replies(cluster, alloc, ctx).await?
         }
         FaultKind::ZombieAdvance => zombie_advance(cluster, set, ctx).await?,
+        FaultKind::ClockBackRestart => {
+            id_faults::clock_back_restart(cluster, alloc, fault, ctx).await?
+        }
         FaultKind::ReplaceMember => {
             membership::replace_member(cluster, set, fault.member, ctx).await?
         }

@@ -1,6 +1,9 @@
 //! Clients of seqsvr's services.
 //!
 //! # Layout
+//! - [`ids`]: globally unique ids from the AllocSvrs' `IdService` (`IdClient`, round-robin
+//!   over every AllocSvr known), a client-side cache refilled in the background (`CachedIds`),
+//!   and decoding without a server (`decode`).
 //! - [`seq`]: the public client SDK (`SeqClient`): next / next_batch / current for any uid,
 //!   routed by cached, self-refreshing route tables.
 //! - [`store`]: a client of one set's StoreSvr group that finds the leader, follows
@@ -9,6 +12,7 @@
 //!   back-off, a redirect budget, what is retryable, never past the caller's deadline.
 //! - [`tls`]: the process's client identity for mutual TLS; every channel above uses it.
 
+pub mod ids;
 pub mod retry;
 pub mod seq;
 pub mod store;

@@ -335,6 +335,56 @@ impl StoreClient {
         .map(|_| ())
     }
 
+    /// Leases a worker id of id scheme `scheme` for the registration `alloc` (the one it holds
+    /// already, if any): `(worker id, high-water mark in Unix ms)`.
+    pub async fn acquire_worker(
+        &self,
+        alloc: AllocId,
+        scheme: &str,
+        layout: &str,
+        deadline: Duration,
+    ) -> Result<(u64, u64), Status> {
+        let request = pb::AcquireWorkerRequest {
+            alloc_id: alloc.0,
+            scheme: scheme.to_string(),
+            layout: layout.to_string(),
+        };
+        self.call(deadline, |channel, timeout| {
+            let mut req = tonic::Request::new(request.clone());
+            req.set_timeout(timeout);
+            async move { store_client(channel).acquire_worker(req).await }
+        })
+        .await
+        .map(|r| (r.worker_id, r.high_water_ms))
+    }
+
+    /// Raises the high-water mark of a worker id `alloc` holds to at least `up_to_ms`; answers
+    /// the mark now (FAILED_PRECONDITION "NOT_HOLDER" if `alloc` no longer holds it).
+    pub async fn reserve_time(
+        &self,
+        alloc: AllocId,
+        scheme: &str,
+        worker: u64,
+        up_to_ms: u64,
+        layout: &str,
+        deadline: Duration,
+    ) -> Result<u64, Status> {
+        let request = pb::ReserveTimeRequest {
+            alloc_id: alloc.0,
+            scheme: scheme.to_string(),
+            worker_id: worker,
+            up_to_ms,
+            layout: layout.to_string(),
+        };
+        self.call(deadline, |channel, timeout| {
+            let mut req = tonic::Request::new(request.clone());
+            req.set_timeout(timeout);
+            async move { store_client(channel).reserve_time(req).await }
+        })
+        .await
+        .map(|r| r.high_water_ms)
+    }
+
     /// Calls the leader's admin service (leases, route, move, drain), following redirects.
     pub async fn admin<T, F, Fut>(&self, deadline: Duration, attempt: F) -> Result<T, Status>
     where
@@ -558,6 +608,20 @@ mod tests {
         ) -> Result<Response<pb::ReleaseAllocResponse>, Status> {
             Err(Status::unimplemented("test"))
         }
+
+        async fn acquire_worker(
+            &self,
+            _: Request<pb::AcquireWorkerRequest>,
+        ) -> Result<Response<pb::AcquireWorkerResponse>, Status> {
+            Err(Status::unimplemented("test"))
+        }
+
+        async fn reserve_time(
+            &self,
+            _: Request<pb::ReserveTimeRequest>,
+        ) -> Result<Response<pb::ReserveTimeResponse>, Status> {
+            Err(Status::unimplemented("test"))
+        }
     }
 
     /// A member that accepts TCP and reads nothing, as a SIGSTOPped process does.
@@ -649,6 +713,20 @@ mod tests {
             &self,
             _: Request<pb::ReleaseAllocRequest>,
         ) -> Result<Response<pb::ReleaseAllocResponse>, Status> {
+            self.0.redirect()
+        }
+
+        async fn acquire_worker(
+            &self,
+            _: Request<pb::AcquireWorkerRequest>,
+        ) -> Result<Response<pb::AcquireWorkerResponse>, Status> {
+            self.0.redirect()
+        }
+
+        async fn reserve_time(
+            &self,
+            _: Request<pb::ReserveTimeRequest>,
+        ) -> Result<Response<pb::ReserveTimeResponse>, Status> {
             self.0.redirect()
         }
     }

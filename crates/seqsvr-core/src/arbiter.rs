@@ -350,14 +350,41 @@ impl Arbiter {
             }
         }
 
-        // 6. Forget registrations that are gone and own nothing.
+        // 6. Free the worker ids of AllocSvrs whose lease must be over (expired above, which
+        //    includes released ones): the next holder starts above each one's high-water mark.
+        //    A registration that holds worker ids is not forgotten before they are freed.
+        let mut holding = BTreeSet::new();
+        for (_, ws) in control.workers.iter() {
+            holding.extend(ws.values().filter_map(|r| r.holder));
+        }
+        for &id in &holding {
+            let free = self.expired.contains(&id)
+                || !control.allocs.contains_key(&id)
+                || (crate::teeth::NO_WORKER_WAIT && self.missed_a_third(id, now_ms, control));
+            if free {
+                commands.push(Command::FreeWorkers { alloc: id });
+            }
+        }
+        // 7. Forget registrations that are gone and own nothing.
         let owners = control.assignment.load();
         for (&id, r) in &control.allocs {
-            if (r.replaced || self.expired.contains(&id)) && !owners.contains_key(&id) {
+            if (r.replaced || self.expired.contains(&id))
+                && !owners.contains_key(&id)
+                && !holding.contains(&id)
+            {
                 commands.push(Command::RemoveAlloc { alloc: id });
             }
         }
         commands
+    }
+
+    /// The `teeth-no-worker-wait` build's shortcut: no grant for a third of a lease (or a
+    /// registration replaced by a newer one) counts as gone, although its lease may still run.
+    fn missed_a_third(&self, alloc: AllocId, now_ms: u64, control: &ControlState) -> bool {
+        let replaced = control.allocs.get(&alloc).is_some_and(|r| r.replaced);
+        let third = control.lease.map_or(0, |l| l.lease_ms / 3);
+        let last = self.last_grant_ms.get(&alloc).copied().unwrap_or(self.leader_since_ms);
+        replaced || now_ms >= last.saturating_add(third)
     }
 
     /// Drops leader-local memory of a registration the state no longer has.

@@ -52,6 +52,162 @@ pub struct ClusterConfig {
     /// Transport security (mutual TLS) and the identity → role map. Absent: plaintext.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsConfig>,
+    /// Globally unique id schemes the AllocSvrs serve (`IdService`). Absent: none.
+    #[serde(default, skip_serializing_if = "IdsConfig::is_empty")]
+    pub ids: IdsConfig,
+}
+
+/// `[ids]`: the id schemes served, by name, and how far ahead of the clock they may run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IdsConfig {
+    /// How far ahead of its clock an AllocSvr reserves a worker id's high-water mark in the
+    /// store (one Raft write per about `reserve_ms / 2` per worker id in use).
+    pub reserve_ms: u64,
+    /// How far ahead of the clock issued times may run (by borrowing later time units when a
+    /// unit's sequence is used up, or after the clock stepped back) before `NextIds` waits.
+    /// Below `reserve_ms`.
+    pub max_ahead_ms: u64,
+    /// Most ids in one `NextIds` call.
+    pub max_count: u32,
+    /// Scheme name → layout. The name is what requests use.
+    pub schemes: BTreeMap<String, IdSchemeConfig>,
+}
+
+impl Default for IdsConfig {
+    fn default() -> IdsConfig {
+        IdsConfig {
+            reserve_ms: 3_000,
+            max_ahead_ms: 2_000,
+            max_count: 100_000,
+            schemes: BTreeMap::new(),
+        }
+    }
+}
+
+/// One `[ids.schemes.NAME]`: a layout ([`crate::idscheme::LayoutSpec`]) and the worker ids each
+/// set leases out.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdSchemeConfig {
+    pub scheme: crate::idscheme::Scheme,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<crate::idscheme::TimeUnit>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_bits: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_bits: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq_bits: Option<u32>,
+    /// Worker ids each set leases out: set `s` owns `[s × n, (s + 1) × n)`, fixed by its set id
+    /// so adding a set never moves another set's worker ids. Default: the scheme's worker ids
+    /// / 8 (set ids 0 to 7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers_per_set: Option<u64>,
+}
+
+/// Set ids the default `workers_per_set` makes room for.
+pub const DEFAULT_WORKER_SHARES: u64 = 8;
+
+impl IdSchemeConfig {
+    pub fn layout_spec(&self) -> crate::idscheme::LayoutSpec {
+        crate::idscheme::LayoutSpec {
+            scheme: self.scheme,
+            epoch_ms: self.epoch_ms,
+            unit: self.unit,
+            time_bits: self.time_bits,
+            worker_bits: self.worker_bits,
+            seq_bits: self.seq_bits,
+        }
+    }
+
+    /// The worker ids set `set` leases out for this scheme (empty for `rongcloud`, which has
+    /// none), given the loaded layout.
+    pub fn worker_pool(
+        &self,
+        layout: &crate::idscheme::Layout,
+        set: SetId,
+    ) -> Result<std::ops::Range<u64>, String> {
+        let total = crate::idscheme::worker_ids(layout);
+        if total == 0 {
+            return Ok(0..0);
+        }
+        let per_set = self.workers_per_set.unwrap_or(total / DEFAULT_WORKER_SHARES);
+        if per_set == 0 || per_set > total {
+            return Err(format!(
+                "workers_per_set ({per_set}) must be within [1, {total}] ({} has {total} worker ids)",
+                layout.scheme()
+            ));
+        }
+        let begin =
+            set.0.checked_mul(per_set).filter(|b| b + per_set <= total).ok_or_else(|| {
+                format!(
+                "set {set} has no worker ids: {} has {total} worker ids, {per_set} per set, so \
+                 set ids up to {} only; lower workers_per_set",
+                layout.scheme(),
+                total / per_set - 1
+            )
+            })?;
+        Ok(begin..begin + per_set)
+    }
+}
+
+impl IdsConfig {
+    pub fn is_empty(&self) -> bool {
+        *self == IdsConfig::default()
+    }
+
+    /// Loads every scheme's layout at `now_ms` (refusing one that has run out) and checks that
+    /// every set has worker ids of each: `name → (layout, config)`.
+    pub fn load(
+        &self,
+        now_ms: u64,
+        sets: &[SetConfig],
+    ) -> Result<BTreeMap<String, (crate::idscheme::Layout, IdSchemeConfig)>, ConfigError> {
+        let mut out = BTreeMap::new();
+        for (name, scheme) in &self.schemes {
+            let layout = scheme
+                .layout_spec()
+                .load(now_ms)
+                .map_err(|e| ConfigError::Invalid(format!("ids.schemes.{name}: {e}")))?;
+            for set in sets {
+                scheme
+                    .worker_pool(&layout, set.id)
+                    .map_err(|e| ConfigError::Invalid(format!("ids.schemes.{name}: {e}")))?;
+            }
+            out.insert(name.clone(), (layout, scheme.clone()));
+        }
+        Ok(out)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_ahead_ms == 0 || self.reserve_ms <= self.max_ahead_ms {
+            return invalid(format!(
+                "ids.max_ahead_ms ({}) must be > 0 and below ids.reserve_ms ({}): issued times \
+                 may run ahead of the clock only within what is reserved in the store",
+                self.max_ahead_ms, self.reserve_ms
+            ));
+        }
+        if self.reserve_ms > 3_600_000 {
+            return invalid("ids.reserve_ms must be at most an hour (3600000)");
+        }
+        if self.max_count == 0 {
+            return invalid("ids.max_count must be > 0");
+        }
+        for name in self.schemes.keys() {
+            let ok = !name.is_empty()
+                && name.len() <= 64
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !ok {
+                return invalid(format!(
+                    "ids.schemes: name {name:?} must be 1 to 64 of [A-Za-z0-9_-]"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Tunables of every AllocSvr, and the lease both tiers agree on.
@@ -262,6 +418,7 @@ impl ClusterConfig {
         if let Some(tls) = &self.tls {
             tls.validate(&set_ids)?;
         }
+        self.ids.validate()?;
         let mut by_range: Vec<&SetConfig> = self.sets.iter().collect();
         by_range.sort_by_key(|s| s.uid_begin);
         for pair in by_range.windows(2) {
@@ -573,6 +730,62 @@ fn unreachable_range(at: SectionId) -> SectionRange {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The shipped cluster files parse, and their id schemes load (none has run out) with
+    /// worker ids for every set.
+    #[test]
+    fn the_shipped_cluster_files_and_their_id_schemes_load() {
+        let now_ms = 1_796_000_000_000; // 2026-11-30
+        for (name, text) in [
+            ("config/cluster.toml", include_str!("../../../config/cluster.toml")),
+            ("config/compose.toml", include_str!("../../../config/compose.toml")),
+            ("config/compose-2sets.toml", include_str!("../../../config/compose-2sets.toml")),
+        ] {
+            let config =
+                ClusterConfig::from_toml_str(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let schemes =
+                config.ids.load(now_ms, &config.sets).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(schemes.contains_key("snowflake"), "{name}");
+        }
+    }
+
+    /// Worker ids per set are fixed by the set id, so adding a set moves no other set's; a set
+    /// beyond the scheme's worker ids, or a bad `[ids]` limit, is refused with a reason.
+    #[test]
+    fn worker_pools_follow_the_set_id_and_bad_id_settings_are_refused() {
+        use crate::idscheme::Scheme;
+        let now_ms = 1_796_000_000_000;
+        let scheme = |s| IdSchemeConfig {
+            scheme: s,
+            epoch_ms: None,
+            unit: None,
+            time_bits: None,
+            worker_bits: None,
+            seq_bits: None,
+            workers_per_set: None,
+        };
+        let snowflake = scheme(Scheme::Snowflake);
+        let layout = snowflake.layout_spec().load(now_ms).unwrap();
+        assert_eq!(snowflake.worker_pool(&layout, SetId(0)), Ok(0..128));
+        assert_eq!(snowflake.worker_pool(&layout, SetId(7)), Ok(896..1024));
+        let err = snowflake.worker_pool(&layout, SetId(8)).unwrap_err();
+        assert!(err.contains("set 8 has no worker ids"), "{err}");
+        let weibo = IdSchemeConfig { workers_per_set: Some(16), ..scheme(Scheme::Weibo) };
+        let layout = weibo.layout_spec().load(now_ms).unwrap();
+        assert_eq!(weibo.worker_pool(&layout, SetId(1)), Ok(16..32));
+        let rong = scheme(Scheme::RongCloud);
+        assert_eq!(rong.worker_pool(&rong.layout_spec().load(now_ms).unwrap(), SetId(3)), Ok(0..0));
+        let bad = IdsConfig { max_ahead_ms: 5_000, reserve_ms: 5_000, ..IdsConfig::default() };
+        assert!(bad.validate().unwrap_err().to_string().contains("below ids.reserve_ms"));
+        let mut named = IdsConfig::default();
+        named.schemes.insert("no spaces".into(), scheme(Scheme::Snowflake));
+        assert!(named.validate().is_err());
+        // The default uid-generator layout ran out in 2024: refused at load, naming the scheme.
+        let mut ran_out = IdsConfig::default();
+        ran_out.schemes.insert("uid".into(), scheme(Scheme::UidGenerator));
+        let err = ran_out.load(now_ms, &[]).unwrap_err().to_string();
+        assert!(err.contains("ids.schemes.uid") && err.contains("ran out"), "{err}");
+    }
 
     const GOOD: &str = r#"
 section_size = 100

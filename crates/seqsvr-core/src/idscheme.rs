@@ -468,6 +468,21 @@ impl Layout {
         (self.max_time() as f64 + 1.0) * self.unit.ms() as f64 / MS_PER_YEAR
     }
 
+    /// Everything that decides what an id means: scheme, epoch, unit and bit fields, e.g.
+    /// `snowflake epoch_ms=1288834974657 unit=ms sign 1 + time 41 + worker 10 + sequence 12`.
+    /// The store records it per scheme name (`store.rs` `SchemeRecord`): a changed layout under
+    /// the same name would reissue old ids, so it is refused.
+    pub fn fingerprint(&self) -> String {
+        let parts: Vec<String> = self.parts.iter().map(|(p, w)| format!("{p} {w}")).collect();
+        format!(
+            "{} epoch_ms={} unit={} {}",
+            self.scheme,
+            self.epoch_ms,
+            self.unit,
+            parts.join(" + ")
+        )
+    }
+
     /// E.g. "lasts 69.7 years from 2010-11-04T01:42:54.657Z, until 2080-07-10T17:30:30.209Z".
     pub fn describe_range(&self) -> String {
         format!(
@@ -599,6 +614,53 @@ impl Layout {
         })?;
         self.decode(id)?;
         Ok(id)
+    }
+}
+
+/// Bits at the top of a UUIDv7's 62-bit `rand_b` that carry the leased worker id (§6.4's
+/// "node id"): ids of different workers never collide, whatever the random bits below.
+pub const UUID_WORKER_BITS: u32 = 16;
+/// Random bits of `rand_b` below the worker id.
+pub const UUID_RANDOM_BITS: u32 = 62 - UUID_WORKER_BITS;
+
+/// How many worker ids a layout has: its worker field's values, 2^[`UUID_WORKER_BITS`] for
+/// `uuidv7`, 0 for `rongcloud` (no worker: one owner per session instead).
+pub fn worker_ids(layout: &Layout) -> u64 {
+    match layout.scheme() {
+        Scheme::UuidV7 => 1 << UUID_WORKER_BITS,
+        Scheme::RongCloud => 0,
+        Scheme::Snowflake | Scheme::UidGenerator | Scheme::Weibo => {
+            layout.max_value(Part::Worker).saturating_add(1)
+        }
+    }
+}
+
+/// The fields of an id issued by `worker` at `stamp`: the worker id in the worker field, or in
+/// the top of `rand_b` for `uuidv7` (with `random`'s low [`UUID_RANDOM_BITS`] bits below it).
+pub fn issued_fields(
+    layout: &Layout,
+    worker: u64,
+    stamp: Stamp,
+    business: u64,
+    random: u64,
+) -> Fields {
+    let mut fields =
+        Fields { time: stamp.time, sequence: stamp.sequence, business, ..Fields::default() };
+    match layout.scheme() {
+        Scheme::UuidV7 => {
+            fields.rand = (worker << UUID_RANDOM_BITS) | (random & ((1 << UUID_RANDOM_BITS) - 1))
+        }
+        _ => fields.worker = worker,
+    }
+    fields
+}
+
+/// The worker id an id of `layout` carries (`None` for `rongcloud`).
+pub fn worker_of(layout: &Layout, fields: &Fields) -> Option<u64> {
+    match layout.scheme() {
+        Scheme::UuidV7 => Some(fields.rand >> UUID_RANDOM_BITS),
+        Scheme::RongCloud => None,
+        Scheme::Snowflake | Scheme::UidGenerator | Scheme::Weibo => Some(fields.worker),
     }
 }
 

@@ -69,6 +69,33 @@ pub enum Command {
     /// the arbiter allows a change only once the lease before the last change is surely over
     /// (`Arbiter::lease_change`), which needs the last change to be the one it saw.
     SetLease { lease: LeaseConfig, after_change: u64 },
+    /// Lease a worker id of id scheme `scheme` to `alloc`: the one it holds already, else the
+    /// lowest free one in `[pool_begin, pool_end)` (the proposer's set's share). Free means no
+    /// holder: a holder is cleared only by `FreeWorkers`, which the arbiter proposes once that
+    /// holder's lease must be over.
+    /// `layout`: the AllocSvr's [`crate::idscheme::Layout::fingerprint`]; with the pool it
+    /// must match what the scheme was first leased under (`ControlState::schemes`).
+    AcquireWorker {
+        alloc: AllocId,
+        scheme: String,
+        pool_begin: u64,
+        pool_end: u64,
+        #[serde(default)]
+        layout: String,
+    },
+    /// Raise the high-water mark of `scheme`'s `worker` to at least `up_to_ms` (Unix ms), if
+    /// `alloc` holds it: ids with times up to it may be issued from then on. Never lowers it.
+    ReserveTime {
+        alloc: AllocId,
+        scheme: String,
+        worker: u64,
+        up_to_ms: u64,
+        #[serde(default)]
+        layout: String,
+    },
+    /// `alloc`'s lease is over (or it released): every worker id it holds becomes free, each
+    /// keeping its high-water mark, above which the next holder starts.
+    FreeWorkers { alloc: AllocId },
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -209,6 +236,21 @@ pub enum Rejected {
     /// A counter (`what`) would pass `u64::MAX`: refused rather than wrapped or panicking.
     #[error("{what} is exhausted (at u64::MAX); the command changed nothing")]
     Exhausted { what: String },
+    #[error(
+        "every worker id of id scheme {scheme:?} in this set's share [{pool_begin}, {pool_end}) is \
+         held; one is freed a lease after its holder stops heartbeating"
+    )]
+    NoFreeWorker { scheme: String, pool_begin: u64, pool_end: u64 },
+    #[error("NOT_HOLDER: alloc {alloc} does not hold worker id {worker} of id scheme {scheme:?} ({holder})")]
+    NotWorkerHolder { alloc: AllocId, scheme: String, worker: u64, holder: String },
+    #[error(
+        "id scheme {scheme:?} changed: its worker ids were leased under {recorded:?}, this asks \
+         under {asked:?}; a changed layout or worker split would reissue old ids, so give the \
+         new one a new scheme name"
+    )]
+    SchemeChanged { scheme: String, recorded: String, asked: String },
+    #[error("alloc {alloc} still holds {n_workers} worker ids")]
+    AllocHoldsWorkers { alloc: AllocId, n_workers: u64 },
 }
 
 /// What a command produced for its proposer.
@@ -224,6 +266,13 @@ pub enum Applied {
     LeaseChanged {
         lease_changes: u64,
     },
+    /// `AcquireWorker`: the worker id now held and its high-water mark (Unix ms).
+    Worker {
+        worker: u64,
+        high_water_ms: u64,
+    },
+    /// `ReserveTime`: the worker's high-water mark now.
+    HighWater(u64),
     Done,
 }
 
@@ -296,6 +345,36 @@ pub struct ControlState {
     /// Number of `SetLease` commands applied: the compare-and-set token of the next one.
     #[serde(default)]
     pub lease_changes: u64,
+    /// Id scheme name → worker id → its lease and high-water mark. A record is never removed:
+    /// its high-water mark must outlive every holder.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub workers: BTreeMap<String, BTreeMap<u64, WorkerRecord>>,
+    /// Id scheme name → what its worker ids were first leased under: fixed from then on.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub schemes: BTreeMap<String, SchemeRecord>,
+}
+
+/// The layout and this set's worker ids an id scheme was first leased under.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchemeRecord {
+    pub layout: String,
+    pub pool_begin: u64,
+    pub pool_end: u64,
+}
+
+impl SchemeRecord {
+    fn describe(&self) -> String {
+        format!("{}; worker ids [{}, {})", self.layout, self.pool_begin, self.pool_end)
+    }
+}
+
+/// One worker id of one id scheme.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerRecord {
+    /// The registration holding it; `None`: free (no holder's lease can still run).
+    pub holder: Option<AllocId>,
+    /// Unix ms: every id this worker id ever carried has a time at or below it. Only grows.
+    pub high_water_ms: u64,
 }
 
 impl ControlState {
@@ -329,6 +408,18 @@ impl ControlState {
                 registered: record.identity.clone(),
             })
         }
+    }
+
+    /// The worker ids `alloc` holds: `(scheme, worker, record)`.
+    pub fn workers_of(
+        &self,
+        alloc: AllocId,
+    ) -> impl Iterator<Item = (&str, u64, WorkerRecord)> + '_ {
+        self.workers.iter().flat_map(move |(scheme, ws)| {
+            ws.iter()
+                .filter(move |(_, r)| r.holder == Some(alloc))
+                .map(move |(&w, &r)| (scheme.as_str(), w, r))
+        })
     }
 
     /// The route table: each run's owner and its address, in section order.
@@ -374,7 +465,9 @@ struct SnapshotData {
     control: ControlState,
 }
 
-const SNAPSHOT_FORMAT: u32 = 2;
+/// 3: the control state may hold worker ids (issue 10). A build that reads only 2 refuses a 3
+/// rather than silently dropping the high-water marks; this build reads both.
+const SNAPSHOT_FORMAT: u32 = 3;
 
 impl StoreState {
     pub fn new() -> StoreState {
@@ -496,6 +589,13 @@ impl StoreState {
                 if !self.control.allocs.contains_key(alloc) {
                     return ApplyOutcome::control(Err(Rejected::UnknownAlloc(*alloc)));
                 }
+                let n_workers = self.control.workers_of(*alloc).count() as u64;
+                if n_workers > 0 {
+                    return ApplyOutcome::control(Err(Rejected::AllocHoldsWorkers {
+                        alloc: *alloc,
+                        n_workers,
+                    }));
+                }
                 let route_version = match bump(self.control.route_version.0, "the route version") {
                     Ok(v) => RouteVersion(v),
                     Err(e) => return ApplyOutcome::control(Err(e)),
@@ -526,7 +626,115 @@ impl StoreState {
                 c.lease_changes = lease_changes;
                 ApplyOutcome::control(Ok(Applied::LeaseChanged { lease_changes }))
             }
+            Command::AcquireWorker { alloc, scheme, pool_begin, pool_end, layout } => {
+                let asked = SchemeRecord {
+                    layout: layout.clone(),
+                    pool_begin: *pool_begin,
+                    pool_end: *pool_end,
+                };
+                let recorded = self.control.schemes.entry(scheme.clone()).or_insert(asked.clone());
+                if *recorded != asked {
+                    return ApplyOutcome::control(Err(Rejected::SchemeChanged {
+                        scheme: scheme.clone(),
+                        recorded: recorded.describe(),
+                        asked: asked.describe(),
+                    }));
+                }
+                ApplyOutcome::control(self.acquire_worker(*alloc, scheme, *pool_begin..*pool_end))
+            }
+            Command::ReserveTime { alloc, scheme, worker, up_to_ms, layout } => {
+                if let Some(recorded) = self.control.schemes.get(scheme) {
+                    if recorded.layout != *layout {
+                        return ApplyOutcome::control(Err(Rejected::SchemeChanged {
+                            scheme: scheme.clone(),
+                            recorded: recorded.describe(),
+                            asked: layout.clone(),
+                        }));
+                    }
+                }
+                let record = self.control.workers.get_mut(scheme).and_then(|ws| ws.get_mut(worker));
+                match record {
+                    Some(r) if r.holder == Some(*alloc) => {
+                        let before = r.high_water_ms;
+                        r.high_water_ms = before.max(*up_to_ms);
+                        ApplyOutcome {
+                            result: Ok(Applied::HighWater(r.high_water_ms)),
+                            changed: Vec::new(),
+                            control_changed: r.high_water_ms != before,
+                        }
+                    }
+                    other => ApplyOutcome::control(Err(Rejected::NotWorkerHolder {
+                        alloc: *alloc,
+                        scheme: scheme.clone(),
+                        worker: *worker,
+                        holder: match other.and_then(|r| r.holder) {
+                            Some(h) => format!("held by alloc {h}"),
+                            None => "free".into(),
+                        },
+                    })),
+                }
+            }
+            Command::FreeWorkers { alloc } => {
+                let mut freed = false;
+                for ws in self.control.workers.values_mut() {
+                    for r in ws.values_mut().filter(|r| r.holder == Some(*alloc)) {
+                        r.holder = None;
+                        freed = true;
+                    }
+                }
+                ApplyOutcome {
+                    result: Ok(Applied::Done),
+                    changed: Vec::new(),
+                    control_changed: freed,
+                }
+            }
         }
+    }
+
+    fn acquire_worker(
+        &mut self,
+        alloc: AllocId,
+        scheme: &str,
+        pool: std::ops::Range<u64>,
+    ) -> Result<Applied, Rejected> {
+        if !self.control.is_current(alloc) {
+            return Err(Rejected::UnknownAlloc(alloc));
+        }
+        let no_free = || Rejected::NoFreeWorker {
+            scheme: scheme.to_string(),
+            pool_begin: pool.start,
+            pool_end: pool.end,
+        };
+        let workers = self.control.workers.entry(scheme.to_string()).or_default();
+        if let Some((&worker, r)) =
+            workers.range(pool.clone()).find(|(_, r)| r.holder == Some(alloc))
+        {
+            return Ok(Applied::Worker { worker, high_water_ms: r.high_water_ms });
+        }
+        // A never-used id (the lowest, found as the first gap in the records) if any is left,
+        // else the free one with the lowest high-water mark (ties: the lowest id): its next
+        // holder waits least for the clock, and one whose mark a clock far ahead pushed into
+        // the future is taken last.
+        let mut gap = pool.start;
+        for &w in workers.range(pool.clone()).map(|(w, _)| w) {
+            if w > gap {
+                break;
+            }
+            gap = w + 1;
+        }
+        let candidate = if gap < pool.end {
+            gap
+        } else {
+            let free = workers.range(pool.clone()).filter(|(_, r)| r.holder.is_none());
+            match free.min_by_key(|&(&w, r)| (r.high_water_ms, w)) {
+                Some((&w, _)) => w,
+                None => return Err(no_free()),
+            }
+        };
+        let record = workers.entry(candidate).or_default();
+        assert!(record.holder.is_none(), "the chosen worker id is free");
+        record.holder = Some(alloc);
+        Ok(Applied::Worker { worker: candidate, high_water_ms: record.high_water_ms })
     }
 
     fn advance(&mut self, alloc: Option<AllocId>, sections: &[SectionAdvance]) -> ApplyOutcome {
@@ -587,7 +795,7 @@ impl StoreState {
     pub fn decode_snapshot(bytes: &[u8]) -> Result<StoreState, CodecError> {
         let data: SnapshotData =
             serde_json::from_slice(bytes).map_err(|e| CodecError::Decode(e.to_string()))?;
-        if data.format != SNAPSHOT_FORMAT {
+        if data.format != SNAPSHOT_FORMAT && data.format != 2 {
             return Err(CodecError::Decode(format!(
                 "snapshot format {} (this build reads {SNAPSHOT_FORMAT})",
                 data.format
@@ -603,6 +811,24 @@ impl StoreState {
         if theirs < ours {
             return Some(Regression::LeaseEpoch { ours, theirs });
         }
+        for (scheme, ws) in &self.control.workers {
+            for (&worker, r) in ws {
+                let theirs = newer
+                    .control
+                    .workers
+                    .get(scheme)
+                    .and_then(|t| t.get(&worker))
+                    .map_or(0, |t| t.high_water_ms);
+                if theirs < r.high_water_ms {
+                    return Some(Regression::HighWater {
+                        scheme: scheme.clone(),
+                        worker,
+                        ours: r.high_water_ms,
+                        theirs,
+                    });
+                }
+            }
+        }
         self.iter().find(|&(s, v)| newer.max_seq(s) < v).map(|(section, ours)| Regression::MaxSeq {
             section,
             ours: Seq(ours),
@@ -612,10 +838,11 @@ impl StoreState {
 }
 
 /// What [`StoreState::first_regression`] found going down.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Regression {
     LeaseEpoch { ours: LeaseEpoch, theirs: LeaseEpoch },
     MaxSeq { section: SectionId, ours: Seq, theirs: Seq },
+    HighWater { scheme: String, worker: u64, ours: u64, theirs: u64 },
 }
 
 impl std::fmt::Display for Regression {
@@ -627,6 +854,11 @@ impl std::fmt::Display for Regression {
             Regression::MaxSeq { section, ours, theirs } => {
                 write!(f, "section {section}'s max_seq would go from {ours} down to {theirs}")
             }
+            Regression::HighWater { scheme, worker, ours, theirs } => write!(
+                f,
+                "the high-water mark of worker id {worker} of id scheme {scheme:?} would go from \
+                 {ours} ms down to {theirs} ms"
+            ),
         }
     }
 }
@@ -635,6 +867,154 @@ impl std::fmt::Display for Regression {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    fn acquire(
+        state: &mut StoreState,
+        alloc: AllocId,
+        pool: std::ops::Range<u64>,
+    ) -> Result<Applied, Rejected> {
+        let command = Command::AcquireWorker {
+            alloc,
+            scheme: "snowflake".into(),
+            pool_begin: pool.start,
+            pool_end: pool.end,
+            layout: "L1".into(),
+        };
+        state.apply(&command).result
+    }
+
+    fn reserve(
+        state: &mut StoreState,
+        alloc: AllocId,
+        worker: u64,
+        up_to_ms: u64,
+    ) -> Result<Applied, Rejected> {
+        let command = Command::ReserveTime {
+            alloc,
+            scheme: "snowflake".into(),
+            worker,
+            up_to_ms,
+            layout: "L1".into(),
+        };
+        state.apply(&command).result
+    }
+
+    /// Worker ids: the lowest free one of the pool, the same one again for its holder, none
+    /// when all are held; a freed one keeps its high-water mark, which only its holder raises
+    /// and which never goes down.
+    #[test]
+    fn worker_ids_are_leased_lowest_first_and_keep_their_high_water_mark() {
+        let mut state = StoreState::new();
+        let (a, b, c) = (
+            registered(&mut state, "a:1"),
+            registered(&mut state, "b:1"),
+            registered(&mut state, "c:1"),
+        );
+        assert_eq!(
+            acquire(&mut state, a, 10..12),
+            Ok(Applied::Worker { worker: 10, high_water_ms: 0 })
+        );
+        assert_eq!(
+            acquire(&mut state, a, 10..12),
+            Ok(Applied::Worker { worker: 10, high_water_ms: 0 }),
+            "idempotent"
+        );
+        assert_eq!(
+            acquire(&mut state, b, 10..12),
+            Ok(Applied::Worker { worker: 11, high_water_ms: 0 })
+        );
+        assert!(matches!(acquire(&mut state, c, 10..12), Err(Rejected::NoFreeWorker { .. })));
+        assert_eq!(reserve(&mut state, a, 10, 5_000), Ok(Applied::HighWater(5_000)));
+        assert_eq!(
+            reserve(&mut state, a, 10, 4_000),
+            Ok(Applied::HighWater(5_000)),
+            "never lowered"
+        );
+        assert!(matches!(reserve(&mut state, b, 10, 9_000), Err(Rejected::NotWorkerHolder { .. })));
+        assert!(matches!(reserve(&mut state, a, 11, 9_000), Err(Rejected::NotWorkerHolder { .. })));
+        // A registration holding worker ids is not forgotten.
+        assert!(matches!(
+            state.apply(&Command::RemoveAlloc { alloc: a }).result,
+            Err(Rejected::AllocHoldsWorkers { n_workers: 1, .. })
+        ));
+        let before = state.clone();
+        assert_eq!(state.apply(&Command::FreeWorkers { alloc: a }).result, Ok(Applied::Done));
+        assert!(
+            matches!(reserve(&mut state, a, 10, 9_000), Err(Rejected::NotWorkerHolder { .. })),
+            "freed"
+        );
+        assert_eq!(
+            acquire(&mut state, c, 10..12),
+            Ok(Applied::Worker { worker: 10, high_water_ms: 5_000 }),
+            "the next holder learns the mark it must start above"
+        );
+        assert_eq!(state.apply(&Command::RemoveAlloc { alloc: a }).result, Ok(Applied::Done));
+        // Snapshots carry the records; one whose mark went down is a regression.
+        let restored = StoreState::decode_snapshot(&state.encode_snapshot()).unwrap();
+        assert_eq!(restored, state);
+        assert_eq!(before.first_regression(&state), None);
+        let mut lowered = state.clone();
+        lowered.control.workers.get_mut("snowflake").unwrap().get_mut(&10).unwrap().high_water_ms =
+            1;
+        assert!(matches!(
+            state.first_regression(&lowered),
+            Some(Regression::HighWater { worker: 10, .. })
+        ));
+        // An unknown or replaced registration leases nothing.
+        assert_eq!(
+            acquire(&mut state, AllocId(99), 10..12),
+            Err(Rejected::UnknownAlloc(AllocId(99)))
+        );
+        let _b2 = registered(&mut state, "b:1");
+        assert_eq!(acquire(&mut state, b, 10..12), Err(Rejected::UnknownAlloc(b)), "replaced");
+    }
+
+    /// Never-used ids first (the lowest), then the free one with the lowest high-water mark;
+    /// never outside the pool; the layout and pool a scheme was first leased under are fixed.
+    #[test]
+    fn fresh_worker_ids_first_then_the_lowest_mark_and_the_scheme_is_fixed() {
+        let mut state = StoreState::new();
+        let ids: Vec<AllocId> =
+            (0..6).map(|i| registered(&mut state, &format!("h{i}:1"))).collect();
+        for (i, &a) in ids.iter().take(3).enumerate() {
+            let leased = acquire(&mut state, a, 0..4);
+            assert_eq!(leased, Ok(Applied::Worker { worker: i as u64, high_water_ms: 0 }));
+        }
+        reserve(&mut state, ids[0], 0, 9_000).unwrap();
+        reserve(&mut state, ids[1], 1, 7_000).unwrap();
+        state.apply(&Command::FreeWorkers { alloc: ids[0] });
+        state.apply(&Command::FreeWorkers { alloc: ids[1] });
+        let fresh = acquire(&mut state, ids[3], 0..4);
+        assert_eq!(fresh, Ok(Applied::Worker { worker: 3, high_water_ms: 0 }), "never used");
+        let lowest_mark = acquire(&mut state, ids[4], 0..4);
+        assert_eq!(lowest_mark, Ok(Applied::Worker { worker: 1, high_water_ms: 7_000 }));
+        assert_eq!(
+            acquire(&mut state, ids[5], 0..4),
+            Ok(Applied::Worker { worker: 0, high_water_ms: 9_000 })
+        );
+        let other = registered(&mut state, "o:1");
+        assert!(matches!(acquire(&mut state, other, 0..4), Err(Rejected::NoFreeWorker { .. })));
+        // Another pool or layout under the same scheme name is refused, changing nothing.
+        let before = state.clone();
+        assert!(matches!(acquire(&mut state, other, 0..8), Err(Rejected::SchemeChanged { .. })));
+        let changed = Command::AcquireWorker {
+            alloc: other,
+            scheme: "snowflake".into(),
+            pool_begin: 0,
+            pool_end: 4,
+            layout: "L2".into(),
+        };
+        assert!(matches!(state.apply(&changed).result, Err(Rejected::SchemeChanged { .. })));
+        let reserve_l2 = Command::ReserveTime {
+            alloc: ids[5],
+            scheme: "snowflake".into(),
+            worker: 0,
+            up_to_ms: 99_000,
+            layout: "L2".into(),
+        };
+        assert!(matches!(state.apply(&reserve_l2).result, Err(Rejected::SchemeChanged { .. })));
+        assert_eq!(state, before);
+    }
 
     fn range() -> SectionRange {
         SectionRange::new(SectionId(10), SectionId(20)).unwrap()

@@ -39,7 +39,18 @@
 //! - `teeth-no-holder-check`: the store accepts a heartbeat, fenced advance or release for an
 //!   AllocSvr registration from any `alloc` identity, not only the one that registered it: a
 //!   release from another AllocSvr's certificate moves the sections while their owner serves.
+//! - `teeth-no-worker-wait`: the arbiter frees an AllocSvr's worker ids (issue 10) once it has
+//!   had no grant for a third of a lease, or once a newer registration replaced it, instead of
+//!   once its lease must be over: the next holder issues with that worker id while the old
+//!   holder still may, so one worker id's ids stop increasing in real time.
+//! - `teeth-no-high-water`: a new holder of a worker id starts from its own clock instead of
+//!   above the worker id's persisted high-water mark: with the clock set back, it reissues ids
+//!   an earlier holder issued.
 
+/// Whether worker ids are freed before their holder's lease is over (see the module doc).
+pub const NO_WORKER_WAIT: bool = cfg!(feature = "teeth-no-worker-wait");
+/// Whether a new holder of a worker id ignores its high-water mark (see the module doc).
+pub const NO_HIGH_WATER: bool = cfg!(feature = "teeth-no-high-water");
 /// Whether the arbiter's waits are cut short (see the module doc).
 pub const NO_LEASE_WAIT: bool = cfg!(feature = "teeth-no-lease-wait");
 /// Whether the store skips fencing (see the module doc).
@@ -64,7 +75,7 @@ pub const RELEASE_BEFORE_STOP: bool = cfg!(feature = "teeth-release-before-stop"
 pub const NO_HOLDER_CHECK: bool = cfg!(feature = "teeth-no-holder-check");
 
 /// Every switch and its feature name, so a new one is listed in exactly one more place.
-const ALL: [(bool, &str); 11] = [
+const ALL: [(bool, &str); 13] = [
     (NO_LEASE_WAIT, "teeth-no-lease-wait"),
     (NO_FENCING, "teeth-no-fencing"),
     (BOOTSTRAP_EMPTY_VOTER, "teeth-bootstrap-empty-voter"),
@@ -76,6 +87,8 @@ const ALL: [(bool, &str); 11] = [
     (NO_CONTROL_PERSIST, "teeth-no-control-persist"),
     (RELEASE_BEFORE_STOP, "teeth-release-before-stop"),
     (NO_HOLDER_CHECK, "teeth-no-holder-check"),
+    (NO_WORKER_WAIT, "teeth-no-worker-wait"),
+    (NO_HIGH_WATER, "teeth-no-high-water"),
 ];
 
 /// The teeth compiled into this build.

@@ -88,6 +88,15 @@ pub fn boottime_now() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
+/// The wall clock (`CLOCK_REALTIME`) in ms since the Unix epoch: the time id schemes encode. It
+/// may step back (NTP, an operator, libfaketime in the nemesis): the id generator copes with
+/// that (`seqsvr_core::idscheme::Generator`); leases never read it. 0 before 1970.
+pub fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

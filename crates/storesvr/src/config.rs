@@ -116,6 +116,29 @@ pub struct NodeConfig {
     pub lease: AllocTuning,
     /// Mutual TLS (the cluster file's `[tls]` + --tls-cert/--tls-key); None: plaintext.
     pub tls: Option<seqsvr_server::tls::TlsSetup>,
+    /// Id scheme → the worker ids this set leases out (`[ids.schemes]`, schemes with workers).
+    pub worker_pools: std::collections::BTreeMap<String, std::ops::Range<u64>>,
+    /// `ids.reserve_ms + ids.max_ahead_ms` + a minute of clock skew: the furthest a worker's
+    /// high-water mark may be reserved ahead of this member's wall clock.
+    pub max_reserve_ahead_ms: u64,
+}
+
+/// The worker ids set `set` leases out, per id scheme with worker ids, validated at `now_ms`.
+pub fn worker_pools(
+    cluster: &ClusterConfig,
+    set: SetId,
+    now_ms: u64,
+) -> anyhow::Result<std::collections::BTreeMap<String, std::ops::Range<u64>>> {
+    let mut pools = std::collections::BTreeMap::new();
+    for (name, (layout, scheme)) in cluster.ids.load(now_ms, &cluster.sets)? {
+        let pool = scheme
+            .worker_pool(&layout, set)
+            .map_err(|e| anyhow::anyhow!("ids.schemes.{name}: {e}"))?;
+        if !pool.is_empty() {
+            pools.insert(name, pool);
+        }
+    }
+    Ok(pools)
 }
 
 impl NodeConfig {
@@ -206,6 +229,13 @@ impl NodeConfig {
             tuning,
             lease: cluster.alloc.clone(),
             tls,
+            worker_pools: worker_pools(&cluster, set_id, seqsvr_server::clock::unix_ms_now())
+                .with_context(|| format!("in {}", args.config.display()))?,
+            max_reserve_ahead_ms: cluster
+                .ids
+                .reserve_ms
+                .saturating_add(cluster.ids.max_ahead_ms)
+                .saturating_add(60_000),
         })
     }
 }

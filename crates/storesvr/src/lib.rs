@@ -99,6 +99,8 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
                 lease_ms: config.lease.lease_ms,
                 margin_ms: config.lease.lease_margin_ms,
             },
+            worker_pools: config.worker_pools.clone(),
+            max_reserve_ahead_ms: config.max_reserve_ahead_ms,
         },
         transport,
     )?;

@@ -148,6 +148,13 @@ pub fn to_status(error: RequestError) -> Status {
             "this member caught up by snapshot before the proposal was seen applying: it may or \
              may not have applied; retry (every store command is idempotent or fenced)",
         ),
+        RequestError::Rejected(rejected @ seqsvr_core::store::Rejected::NoFreeWorker { .. }) => {
+            Status::resource_exhausted(rejected.to_string())
+        }
+        RequestError::Rejected(rejected @ seqsvr_core::store::Rejected::SchemeChanged { .. }) => {
+            tracing::error!(error = %rejected, "id scheme layout mismatch");
+            Status::invalid_argument(rejected.to_string())
+        }
         RequestError::Rejected(rejected) => Status::failed_precondition(rejected.to_string()),
         RequestError::UnknownAlloc(alloc) => Status::not_found(format!(
             "alloc {alloc} is not registered with this set (forgotten after its lease ran out): \
@@ -300,7 +307,68 @@ impl pb::store_service_server::StoreService for ServiceContext {
                 })
                 .collect(),
             route_table: grant.route.map(|v| self.route_table(v)),
+            workers: grant
+                .workers
+                .into_iter()
+                .map(|(scheme, worker_id, high_water_ms)| pb::HeldWorker {
+                    scheme,
+                    worker_id,
+                    high_water_ms,
+                    alloc_id: 0,
+                })
+                .collect(),
         }))
+    }
+
+    async fn acquire_worker(
+        &self,
+        request: Request<pb::AcquireWorkerRequest>,
+    ) -> Result<Response<pb::AcquireWorkerResponse>, Status> {
+        let wait = self.wait_for(&request);
+        let identity = seqsvr_server::tls::alloc_identity(&request, "a worker id lease")?;
+        let r = request.into_inner();
+        if r.alloc_id == 0 {
+            return Err(Status::invalid_argument("alloc_id 0 is not an AllocSvr registration"));
+        }
+        let lease = self
+            .driver
+            .acquire_worker(AllocId(r.alloc_id), r.scheme.clone(), r.layout, identity, wait)
+            .await
+            .map_err(to_status)?;
+        tracing::info!(alloc = r.alloc_id, scheme = %r.scheme, worker = lease.worker,
+            high_water_ms = lease.high_water_ms, "worker id leased");
+        Ok(Response::new(pb::AcquireWorkerResponse {
+            worker_id: lease.worker,
+            high_water_ms: lease.high_water_ms,
+        }))
+    }
+
+    async fn reserve_time(
+        &self,
+        request: Request<pb::ReserveTimeRequest>,
+    ) -> Result<Response<pb::ReserveTimeResponse>, Status> {
+        let wait = self.wait_for(&request);
+        let identity = seqsvr_server::tls::alloc_identity(&request, "a time reservation")?;
+        let r = request.into_inner();
+        if r.alloc_id == 0 {
+            return Err(Status::invalid_argument("alloc_id 0 is not an AllocSvr registration"));
+        }
+        let high_water_ms = self
+            .driver
+            .reserve_time(
+                crate::driver::TimeReservation {
+                    alloc: AllocId(r.alloc_id),
+                    scheme: r.scheme,
+                    worker: r.worker_id,
+                    up_to_ms: r.up_to_ms,
+                    layout: r.layout,
+                },
+                identity,
+                wait,
+            )
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::ReserveTimeResponse { high_water_ms }))
     }
 
     async fn release_alloc(
@@ -463,6 +531,16 @@ impl pb::store_admin_server::StoreAdmin for ServiceContext {
                 })
                 .collect(),
             route_version: v.route_version.0,
+            workers: v
+                .workers
+                .into_iter()
+                .map(|(scheme, worker_id, holder, high_water_ms)| pb::HeldWorker {
+                    scheme,
+                    worker_id,
+                    high_water_ms,
+                    alloc_id: holder.map_or(0, |a| a.0),
+                })
+                .collect(),
         }))
     }
 

@@ -467,6 +467,7 @@ pub(crate) mod tests {
             lease_ms: 3000,
             lease_margin_ms: 300,
             route_version: 12,
+            workers: vec![],
             allocs: vec![
                 pb::AllocLease {
                     alloc_id: 1,

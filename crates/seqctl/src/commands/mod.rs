@@ -3,11 +3,14 @@
 pub mod alloc;
 pub mod certs;
 pub mod health;
+pub mod id;
 pub mod seq;
 pub mod status;
 pub mod store;
 
-use crate::cli::{AllocCommand, CertsCommand, Cli, Command, SectionCommand, StoreCommand};
+use crate::cli::{
+    AllocCommand, CertsCommand, Cli, Command, IdCommand, SectionCommand, StoreCommand,
+};
 use crate::ctx::Ctx;
 use crate::error::{CtlError, Exit};
 use clap::CommandFactory;
@@ -74,6 +77,10 @@ async fn once(ctx: &Ctx, command: Command) -> Result<Exit, CtlError> {
         }
         Command::Next { uids } => seq::seq_command(ctx, &uids, true).await,
         Command::Get { uids } => seq::seq_command(ctx, &uids, false).await,
+        Command::Id(IdCommand::Next { scheme, count, business }) => {
+            id::next(ctx, &scheme, count, business).await
+        }
+        Command::Id(IdCommand::Decode { scheme, id }) => id::decode(ctx, &scheme, &id),
         Command::Route => alloc::route(ctx).await,
         Command::Leases => alloc::leases(ctx).await,
         Command::Section(SectionCommand::Move { section, to, count }) => {

@@ -969,3 +969,176 @@ proptest! {
 fn overlaps(a: &[SectionRange], b: &[SectionRange]) -> bool {
     a.iter().any(|x| b.iter().any(|y| x.begin() < y.end() && y.begin() < x.end()))
 }
+
+fn lease_worker(state: &mut StoreState, alloc: AllocId) -> u64 {
+    let command = Command::AcquireWorker {
+        alloc,
+        scheme: "snowflake".into(),
+        pool_begin: 0,
+        pool_end: 8,
+        layout: String::new(),
+    };
+    match state.apply(&command).result {
+        Ok(Applied::Worker { worker, .. }) => worker,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn frees(commands: &[Command], alloc: AllocId) -> bool {
+    commands.contains(&Command::FreeWorkers { alloc })
+}
+
+/// A worker id goes back to the pool only once its holder's lease must be over (`lease +
+/// margin` after its last grant), and its registration is forgotten only after that.
+#[test]
+fn worker_ids_are_freed_only_once_the_holders_lease_must_be_over() {
+    let (mut state, mut arb, ids) = assigned_at_first_plan(&["a:1", "b:1"]);
+    let (a, b) = (ids[0], ids[1]);
+    assert_eq!(lease_worker(&mut state, a), 0);
+    assert_eq!(lease_worker(&mut state, b), 1);
+    // b keeps heartbeating; a's last grant was at HOLD.
+    for now in [HOLD + 1, HOLD + HOLD / 3 + 1, 2 * HOLD - 1] {
+        arb.on_granted(b, now);
+        let cmds = arb.plan(now, state.control(), sections());
+        assert!(!frees(&cmds, a), "freed at {now}, before a's lease must be over at {}", 2 * HOLD);
+        assert!(!cmds.contains(&Command::RemoveAlloc { alloc: a }));
+        apply_all(&mut state, &mut arb, cmds, now);
+    }
+    arb.on_granted(b, 2 * HOLD);
+    let cmds = arb.plan(2 * HOLD, state.control(), sections());
+    assert!(frees(&cmds, a), "a's lease is over: {cmds:?}");
+    assert!(!frees(&cmds, b));
+    assert!(
+        !cmds.contains(&Command::RemoveAlloc { alloc: a }),
+        "not forgotten while it holds worker ids"
+    );
+    apply_all(&mut state, &mut arb, cmds, 2 * HOLD);
+    let cmds = arb.plan(2 * HOLD + 1, state.control(), sections());
+    assert!(cmds.contains(&Command::RemoveAlloc { alloc: a }), "{cmds:?}");
+    apply_all(&mut state, &mut arb, cmds, 2 * HOLD + 1);
+    let c = register(&mut state, "c:1");
+    assert_eq!(lease_worker(&mut state, c), 2, "a never-used worker id first");
+    let d = register(&mut state, "d:1");
+    for worker in 3..8 {
+        let e = register(&mut state, &format!("e{worker}:1"));
+        assert_eq!(lease_worker(&mut state, e), worker);
+    }
+    assert_eq!(lease_worker(&mut state, d), 0, "then the freed one is reused");
+}
+
+/// A registration replaced by a newer one at its address (a restart) keeps its worker ids
+/// until its lease must be over: the old process may still be issuing.
+#[test]
+fn a_replaced_registration_keeps_its_worker_ids_for_a_lease() {
+    let (mut state, mut arb, ids) = assigned_at_first_plan(&["a:1", "b:1"]);
+    let a = ids[0];
+    lease_worker(&mut state, a);
+    let a2 = register(&mut state, "a:1");
+    arb.on_granted(a2, HOLD + 10);
+    let cmds = arb.plan(HOLD + 10, state.control(), sections());
+    assert!(!frees(&cmds, a), "freed while its lease may run: {cmds:?}");
+    apply_all(&mut state, &mut arb, cmds, HOLD + 10);
+    assert_eq!(lease_worker(&mut state, a2), 1, "the new process leases another worker id");
+    let cmds = arb.plan(2 * HOLD, state.control(), sections());
+    assert!(frees(&cmds, a), "{cmds:?}");
+}
+
+/// A new leader does not know its predecessor's grants: it frees no worker id for one hold.
+#[test]
+fn a_new_leader_frees_no_worker_id_for_a_lease() {
+    let mut state = state_with_lease(LEASE);
+    let a = register(&mut state, "a:1");
+    lease_worker(&mut state, a);
+    let mut arb = Arbiter::new(10_000, LEASE);
+    for now in [10_000, 10_000 + HOLD - 1] {
+        let cmds = arb.plan(now, state.control(), sections());
+        assert!(!frees(&cmds, a), "at {now}: {cmds:?}");
+    }
+    let cmds = arb.plan(10_000 + HOLD, state.control(), sections());
+    assert!(frees(&cmds, a), "never heard from since the leader started: {cmds:?}");
+}
+
+/// Worker-id reuse, 10,000 AllocSvr restarts in simulated time (each a kill -9: no release),
+/// restarting every quarter of a hold, with the wall clock of each incarnation set back by 0,
+/// 1 s or a minute: the pool of 8 worker ids never runs out, and no id is ever issued twice
+/// (each new holder starts above the worker id's persisted high-water mark).
+#[test]
+fn ten_thousand_restarts_never_exhaust_the_pool_nor_repeat_an_id() {
+    use crate::idscheme::{issued_fields, LayoutSpec, Next, Scheme};
+    let layout = LayoutSpec::of(Scheme::Snowflake).load(1_796_000_000_000).unwrap();
+    let wall_base = 1_796_000_000_000u64;
+    let mut state = state_with_lease(LEASE);
+    let mut arb = Arbiter::new(0, LEASE);
+    let mut seen = std::collections::HashSet::new();
+    let mut last_by_worker: BTreeMap<u64, u128> = BTreeMap::new();
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next_rand = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut now = HOLD; // past the new-leader wait
+    let (mut issued, mut waited) = (0u64, 0u64);
+    for restart in 0..10_000u64 {
+        let alloc = register(&mut state, "a:1"); // replaces the previous incarnation
+        arb.on_granted(alloc, now);
+        let command = Command::AcquireWorker {
+            alloc,
+            scheme: "s".into(),
+            pool_begin: 0,
+            pool_end: 8,
+            layout: layout.fingerprint(),
+        };
+        let (worker, high_water_ms) = match state.apply(&command).result {
+            Ok(Applied::Worker { worker, high_water_ms }) => (worker, high_water_ms),
+            other => panic!("restart {restart}: the pool ran out: {other:?}"),
+        };
+        let clock_back = [0, 1_000, 60_000][(next_rand() % 3) as usize];
+        let wall = |now: u64| layout.units_at(wall_base + now - clock_back.min(now));
+        let floor = layout.units_at(high_water_ms);
+        let mut generator = crate::idscheme::Generator::new(&layout, floor, 2_000).unwrap();
+        let mut reserved = floor;
+        for _ in 0..(next_rand() % 40) {
+            match generator.next(wall(now), reserved).unwrap() {
+                Next::Issue(stamp) => {
+                    let fields = issued_fields(&layout, worker, stamp, 0, 0);
+                    let id = layout.encode(&fields).unwrap();
+                    assert!(seen.insert(id), "restart {restart}: id {id} issued twice");
+                    let last = last_by_worker.insert(worker, id);
+                    assert!(last < Some(id), "worker {worker} went back: {last:?} then {id}");
+                    issued += 1;
+                }
+                Next::RaiseHighWater(unit) => {
+                    let up_to_ms = layout.unix_ms(unit + 3_000);
+                    let reserve = Command::ReserveTime {
+                        alloc,
+                        scheme: "s".into(),
+                        worker,
+                        up_to_ms,
+                        layout: layout.fingerprint(),
+                    };
+                    match state.apply(&reserve).result {
+                        Ok(Applied::HighWater(ms)) => reserved = layout.units_at(ms),
+                        other => panic!("{other:?}"),
+                    }
+                }
+                Next::WaitUntil(_) => {
+                    waited += 1; // the clock is behind the time used: this call would wait
+                    break;
+                }
+            }
+        }
+        // Dies (kill -9); the next incarnation starts a quarter of a hold later, while the
+        // arbiter plans every 100 ms.
+        for _ in 0..(HOLD / 4 / 100) {
+            now += 100;
+            let cmds = arb.plan(now, state.control(), sections());
+            apply_all(&mut state, &mut arb, cmds, now);
+        }
+    }
+    assert!(issued > 100_000, "{issued} ids issued");
+    assert!(waited > 100, "some incarnations found the clock behind the mark: {waited}");
+    let records = &state.control().workers["s"];
+    assert!(records.len() <= 8 && records.values().filter(|r| r.holder.is_some()).count() <= 6);
+}

@@ -15,8 +15,10 @@
 //! - Never issue a time above the caller's high-water mark: answer [`Next::RaiseHighWater`].
 //!
 //! Stamps strictly increase as (time, sequence) pairs, so the ids of one worker strictly
-//! increase in every scheme (time is above the sequence in every layout, and the fields between
-//! them are fixed per worker or session).
+//! increase in every scheme where the fields between time and sequence are fixed per worker or
+//! session. In `weibo` the business number sits between them and varies per request: one
+//! worker's ids then increase per business number, and its (time, sequence) stamps increase
+//! across all of them (what `seqsvr-check`'s id checker verifies).
 
 use super::Layout;
 

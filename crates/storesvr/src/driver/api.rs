@@ -30,6 +30,11 @@ pub struct DriverConfig {
     /// This member's config lease: proposed only while the set has no replicated lease yet
     /// (every grant and wait uses the replicated one).
     pub lease: LeaseConfig,
+    /// Id scheme name → the worker ids this set leases out (`[ids.schemes]`; the schemes with
+    /// worker ids only).
+    pub worker_pools: std::collections::BTreeMap<String, std::ops::Range<u64>>,
+    /// The furthest a high-water mark may be reserved ahead of this member's wall clock.
+    pub max_reserve_ahead_ms: u64,
 }
 
 /// Why a request was not served. Mapped to gRPC status codes in `service.rs`.
@@ -80,6 +85,26 @@ pub struct Grant {
     pub lease: LeaseConfig,
     /// Present when the caller's route version is stale.
     pub route: Option<RouteView>,
+    /// The worker ids the AllocSvr holds: `(scheme, worker id, high-water mark ms)`.
+    pub workers: Vec<(String, u64, u64)>,
+}
+
+/// A `ReserveTime` request: raise `scheme`'s `worker`'s mark to `up_to_ms` for `alloc`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimeReservation {
+    pub alloc: AllocId,
+    pub scheme: String,
+    pub worker: u64,
+    pub up_to_ms: u64,
+    /// The AllocSvr's layout fingerprint.
+    pub layout: String,
+}
+
+/// A worker id leased to an AllocSvr (`AcquireWorker`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerLease {
+    pub worker: u64,
+    pub high_water_ms: u64,
 }
 
 /// The route table of this set, in core types.
@@ -96,6 +121,8 @@ pub struct LeasesView {
     pub allocs: Vec<AllocLeaseView>,
     pub runs: Vec<(SectionRange, seqsvr_core::assign::Owner)>,
     pub route_version: RouteVersion,
+    /// Every worker id record: `(scheme, worker id, holder, high-water mark ms)`.
+    pub workers: Vec<(String, u64, Option<AllocId>, u64)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -246,6 +273,20 @@ pub enum Input {
     StepDown {
         reply: Reply<Option<NodeId>>,
     },
+    /// Lease a worker id of an id scheme (see `Command::AcquireWorker`).
+    AcquireWorker {
+        alloc: AllocId,
+        scheme: String,
+        layout: String,
+        identity: Option<String>,
+        reply: Reply<WorkerLease>,
+    },
+    /// Raise a worker id's high-water mark (see `Command::ReserveTime`).
+    ReserveTime {
+        reservation: TimeReservation,
+        identity: Option<String>,
+        reply: Reply<u64>,
+    },
     /// The AllocSvr stopped serving for good (see `Command::ReleaseAlloc`).
     Release {
         alloc: AllocId,
@@ -388,6 +429,27 @@ impl DriverHandle {
         wait: Duration,
     ) -> Result<(), RequestError> {
         self.call(wait, |reply| Input::Release { alloc, identity, reply }).await
+    }
+
+    pub async fn acquire_worker(
+        &self,
+        alloc: AllocId,
+        scheme: String,
+        layout: String,
+        identity: Option<String>,
+        wait: Duration,
+    ) -> Result<WorkerLease, RequestError> {
+        self.call(wait, |reply| Input::AcquireWorker { alloc, scheme, layout, identity, reply })
+            .await
+    }
+
+    pub async fn reserve_time(
+        &self,
+        reservation: TimeReservation,
+        identity: Option<String>,
+        wait: Duration,
+    ) -> Result<u64, RequestError> {
+        self.call(wait, |reply| Input::ReserveTime { reservation, identity, reply }).await
     }
 
     pub async fn read(

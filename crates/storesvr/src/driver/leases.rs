@@ -135,7 +135,29 @@ impl Driver {
             version: control.route_version,
             entries: control.route_entries(),
         });
-        Ok(Grant { runs: grant_for(control, alloc), lease, route })
+        let workers = control
+            .workers_of(alloc)
+            .map(|(s, w, r)| (s.to_string(), w, r.high_water_ms))
+            .collect();
+        Ok(Grant { runs: grant_for(control, alloc), lease, route, workers })
+    }
+
+    /// Whether `alloc` may lease a worker id now: this member leads and its arbiter would grant
+    /// `alloc` a lease (never to one it found dead: that one's worker ids are being freed).
+    pub(super) fn check_may_lease_worker(&mut self, alloc: AllocId) -> Result<(), RequestError> {
+        if self.current_arbiter().is_none() {
+            return Err(RequestError::NotLeader { leader: self.leader_hint() });
+        }
+        let term = self.node.raft.term;
+        let control = self.node.store().state().control();
+        let Some(arbiter) = self.arbiter.get_mut_of_term(term) else {
+            return Err(RequestError::NotLeader { leader: self.leader_hint() });
+        };
+        if arbiter.may_grant(control, alloc) {
+            Ok(())
+        } else {
+            Err(RequestError::AllocExpired(alloc))
+        }
     }
 
     pub(super) fn leases(&self) -> Result<LeasesView, RequestError> {
@@ -171,6 +193,13 @@ impl Driver {
             allocs,
             runs: control.assignment.runs().collect(),
             route_version: control.route_version,
+            workers: control
+                .workers
+                .iter()
+                .flat_map(|(scheme, ws)| {
+                    ws.iter().map(move |(&w, r)| (scheme.clone(), w, r.holder, r.high_water_ms))
+                })
+                .collect(),
         })
     }
 

@@ -47,7 +47,7 @@ mod tests;
 pub use api::{
     channel, peer_reports, Advanced, AllocLeaseView, DriverConfig, DriverHandle, Grant, Input,
     LeasesView, MemberView, MembershipChange, MembershipDone, NodeStatus, ReadDone, RequestError,
-    Role, RouteView, Serving, DRIVER_QUEUE_MAX,
+    Role, RouteView, Serving, TimeReservation, DRIVER_QUEUE_MAX,
 };
 pub use membership::PROMOTE_LAG_MAX;
 
@@ -268,6 +268,60 @@ impl Driver {
             }
             Input::StepDown { reply } => {
                 let _ = reply.send(Ok(self.step_down()));
+            }
+            Input::AcquireWorker { alloc, scheme, layout, identity, reply } => {
+                if let Err(e) = self.check_holder(alloc, identity.as_deref()) {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
+                let Some(pool) = self.config.worker_pools.get(&scheme).cloned() else {
+                    let known: Vec<&str> =
+                        self.config.worker_pools.keys().map(String::as_str).collect();
+                    let _ = reply.send(Err(RequestError::Invalid(format!(
+                        "no id scheme {scheme:?} with worker ids in this store's cluster config \
+                         (its [ids.schemes] with worker ids: {known:?})"
+                    ))));
+                    return;
+                };
+                // Only to a registration the arbiter still grants: one it found dead gets no
+                // lease, and its worker ids are being freed.
+                if let Err(e) = self.check_may_lease_worker(alloc) {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
+                let command = Command::AcquireWorker {
+                    alloc,
+                    scheme,
+                    pool_begin: pool.start,
+                    pool_end: pool.end,
+                    layout,
+                };
+                self.propose(command, ProposalReply::Worker(reply));
+            }
+            Input::ReserveTime { reservation, identity, reply } => {
+                let TimeReservation { alloc, scheme, worker, up_to_ms, layout } = reservation;
+                if let Err(e) = self.check_holder(alloc, identity.as_deref()) {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
+                // Every later holder starts above the mark: a clock far ahead must not push it
+                // into the future (the pool would wait for it).
+                let now_ms = seqsvr_server::clock::unix_ms_now();
+                let limit = now_ms.saturating_add(self.config.max_reserve_ahead_ms);
+                if up_to_ms > limit {
+                    tracing::warn!(alloc = %alloc, scheme = %scheme, worker, up_to_ms, now_ms,
+                        "time reservation refused: the AllocSvr's clock runs far ahead of ours");
+                    let _ = reply.send(Err(RequestError::Invalid(format!(
+                        "reserving up to {} is more than {} ms ahead of this store's clock ({}): \
+                         is the AllocSvr's clock far ahead? Fix its clock",
+                        seqsvr_core::idscheme::rfc3339_ms(up_to_ms),
+                        self.config.max_reserve_ahead_ms,
+                        seqsvr_core::idscheme::rfc3339_ms(now_ms)
+                    ))));
+                    return;
+                }
+                let command = Command::ReserveTime { alloc, scheme, worker, up_to_ms, layout };
+                self.propose(command, ProposalReply::HighWater(reply));
             }
             Input::Release { alloc, identity, reply } => {
                 // A release lets the arbiter move the sections at once, without waiting out the

@@ -1,7 +1,9 @@
 //! Who waits for what: the reply owed to each pending proposal ([`ProposalReply`], answered at
 //! apply) and to each pending read ([`PendingRead`], answered once its ReadIndex is applied).
 
-use super::api::{Advanced, Grant, MembershipDone, ReadDone, Reply, RequestError, RouteView};
+use super::api::{
+    Advanced, Grant, MembershipDone, ReadDone, Reply, RequestError, RouteView, WorkerLease,
+};
 use crate::leader_state::Unapplied;
 use seqsvr_core::arbiter::LeaseConfig;
 use seqsvr_core::ids::{AllocId, LeaseEpoch, RouteVersion, SectionId};
@@ -16,6 +18,8 @@ pub(super) enum ProposalReply {
     Done(Reply<()>),
     Membership(Reply<MembershipDone>),
     Lease(Reply<LeaseConfig>),
+    Worker(Reply<WorkerLease>),
+    HighWater(Reply<u64>),
     /// The arbiter's own proposal: nobody waits, but the round is over when it resolves.
     Arbiter,
 }
@@ -43,6 +47,20 @@ impl ProposalReply {
             }
             ProposalReply::Done(r) => {
                 let _ = r.send(result.map(|_| ()));
+            }
+            ProposalReply::Worker(r) => {
+                let _ = r.send(result.and_then(|a| match a {
+                    Applied::Worker { worker, high_water_ms } => {
+                        Ok(WorkerLease { worker, high_water_ms })
+                    }
+                    other => Err(RequestError::Dropped(format!("unexpected result {other:?}"))),
+                }));
+            }
+            ProposalReply::HighWater(r) => {
+                let _ = r.send(result.and_then(|a| match a {
+                    Applied::HighWater(ms) => Ok(ms),
+                    other => Err(RequestError::Dropped(format!("unexpected result {other:?}"))),
+                }));
             }
             ProposalReply::Lease(r) => {
                 // Answered with the new lease in `Driver::apply`; only failures come here.

@@ -1,0 +1,558 @@
+//! Globally unique, time-ordered ids (issue 10): the AllocSvr's `IdService`.
+//!
+//! Each id scheme with worker ids (`snowflake`, `uid-generator`, `weibo`, `uuidv7`) is served
+//! under a **worker id leased from the set's store** (`AcquireWorker`) for as long as this
+//! AllocSvr's registration holds its lease: heartbeats list the worker ids held, and the store's
+//! arbiter frees one only once its holder's lease must be over. The per-worker state machine is
+//! pure (`seqsvr_core::idscheme::Generator`); this module feeds it the wall clock and keeps the
+//! worker's **high-water mark** in the store ahead of what it issues (`ReserveTime`), so:
+//!
+//! - a new holder of a worker id (after a restart, a failover, with the clock set back) starts
+//!   strictly above every time an earlier holder may have used: no id is issued twice;
+//! - while running, a clock that steps back never makes the issued time go back: the generator
+//!   keeps issuing in the last unit, borrows later units up to `ids.max_ahead_ms` ahead of the
+//!   clock and never above the reserved mark, then waits (counted, logged);
+//! - ids are issued only under the same lease check as sequence numbers (`Inner::lease_valid`),
+//!   so one worker id's ids strictly increase in real time across holders.
+//!
+//! Everything that issues runs under the AllocSvr's one state lock (`lease::Inner`), so the
+//! graceful stop (`lease::hand_back` sets `stopping` under it) ends issuing before the
+//! registration is released.
+
+use crate::lease::{Inner, Shared};
+use seqsvr_core::config::ClusterConfig;
+use seqsvr_core::ids::{AllocId, SetId};
+use seqsvr_core::idscheme::{issued_fields, Layout, Next, Scheme};
+use seqsvr_proto::v1 as pb;
+use seqsvr_server::BootInstant;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use tokio::time::Instant;
+use tonic::{Code, Request, Response, Status};
+
+/// One served scheme: its layout and its limits in the layout's time units.
+#[derive(Clone, Debug)]
+pub struct SchemeSetup {
+    pub layout: Layout,
+    /// How far ahead of the clock issued times may run (borrowing) before a call waits.
+    pub max_ahead_units: u64,
+    /// How far ahead of the clock the high-water mark is reserved in the store.
+    pub reserve_units: u64,
+}
+
+/// The id schemes of the cluster config, loaded at start.
+#[derive(Clone, Debug, Default)]
+pub struct IdSetup {
+    pub schemes: BTreeMap<String, SchemeSetup>,
+    pub max_count: u32,
+}
+
+impl IdSetup {
+    /// Loads `[ids]` at `now_ms` (a layout that has run out refuses the start) for set `set`.
+    pub fn from_cluster(
+        cluster: &ClusterConfig,
+        set: SetId,
+        now_ms: u64,
+    ) -> anyhow::Result<IdSetup> {
+        let mut schemes = BTreeMap::new();
+        for (name, (layout, scheme)) in cluster.ids.load(now_ms, &cluster.sets)? {
+            scheme
+                .worker_pool(&layout, set)
+                .map_err(|e| anyhow::anyhow!("ids.schemes.{name}: {e}"))?;
+            let unit = layout.unit().ms();
+            let max_ahead_units = cluster.ids.max_ahead_ms / unit;
+            let reserve_units = cluster.ids.reserve_ms.div_ceil(unit).max(max_ahead_units + 1);
+            tracing::info!(scheme = %name, layout = %layout.scheme(), range = %layout.describe_range(),
+                "id scheme loaded");
+            schemes.insert(name, SchemeSetup { layout, max_ahead_units, reserve_units });
+        }
+        Ok(IdSetup { schemes, max_count: cluster.ids.max_count })
+    }
+}
+
+/// The worker id held for one scheme and its generator.
+#[derive(Debug)]
+pub struct WorkerSlot {
+    pub worker: u64,
+    generator: seqsvr_core::idscheme::Generator,
+    /// The high-water mark the store has committed, in the layout's units: nothing above it is
+    /// issued.
+    high_water: u64,
+    /// When the store's answer leasing it arrived: a heartbeat sent before may not list it yet.
+    acquired_at: BootInstant,
+    /// Tells this slot from a later one for the same scheme (answers that arrive late).
+    incarnation: u64,
+    /// A background reservation is in flight.
+    reserving: bool,
+    /// Clock-back events already logged.
+    logged_clock_back: u64,
+}
+
+/// The worker ids this AllocSvr holds, per scheme name (inside `lease::Inner`).
+#[derive(Debug, Default)]
+pub struct IdWorkers {
+    slots: BTreeMap<String, WorkerSlot>,
+    next_incarnation: u64,
+}
+
+impl IdWorkers {
+    /// Forgets every worker id (the registration is gone, or the AllocSvr stops).
+    pub fn clear(&mut self) {
+        if !self.slots.is_empty() {
+            tracing::info!(n = self.slots.len(), "worker ids dropped with the registration");
+        }
+        self.slots.clear();
+    }
+
+    /// A grant from a heartbeat sent at `sent` lists the worker ids the store says this
+    /// registration holds: one it does not list, leased before that heartbeat was sent, was
+    /// freed (its lease ran out under some leader) and may be someone else's now.
+    ///
+    /// One leased after that send is kept, but its answer may have been late: the lease could
+    /// have applied before the grant was made and been freed since. So it issues nothing more
+    /// until a new reservation succeeds, which the store applies only for the holder (a
+    /// refusal drops it). A new incarnation ignores reservations answered before.
+    pub fn keep_granted(&mut self, granted: &BTreeSet<(String, u64)>, sent: BootInstant) {
+        let mut next = self.next_incarnation;
+        self.slots.retain(|scheme, slot| {
+            if granted.contains(&(scheme.clone(), slot.worker)) {
+                return true;
+            }
+            if slot.acquired_at > sent {
+                slot.high_water = slot.generator.floor();
+                slot.incarnation = next;
+                slot.reserving = false;
+                next += 1;
+                return true;
+            }
+            tracing::warn!(scheme = %scheme, worker = slot.worker,
+                "the store no longer lists this worker id as ours: not issuing with it again");
+            false
+        });
+        self.next_incarnation = next;
+    }
+
+    /// `(scheme, worker id)` of every worker id held.
+    pub fn held(&self) -> Vec<(String, u64)> {
+        self.slots.iter().map(|(s, w)| (s.clone(), w.worker)).collect()
+    }
+}
+
+/// The ids a call issued so far, all with one worker id.
+#[derive(Default)]
+struct Issued {
+    ids: Vec<u128>,
+    worker: Option<u64>,
+}
+
+/// What a call must do before it can go on issuing.
+enum Step {
+    /// Lease a worker id for the scheme.
+    Acquire(AllocId),
+    /// The clock must reach this unit (it is behind the time already used).
+    Wait { unit: u64 },
+    /// The store must raise the high-water mark to at least `unit` first.
+    Reserve { alloc: AllocId, worker: u64, incarnation: u64, unit: u64 },
+    /// Done: every id was issued.
+    Done { worker: u64 },
+}
+
+/// Random bits for UUIDv7 `rand_b` below the worker id (not needed for uniqueness, which the
+/// worker id and the counter give; RFC 9562 asks for them). `RandomState` is seeded from the
+/// OS once per process and varied per call.
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    thread_local! {
+        static STATE: (std::collections::hash_map::RandomState, std::cell::Cell<u64>) =
+            (std::collections::hash_map::RandomState::new(), std::cell::Cell::new(0));
+    }
+    STATE.with(|(state, n)| {
+        n.set(n.get().wrapping_add(1));
+        let mut h = state.build_hasher();
+        h.write_u64(n.get());
+        h.finish()
+    })
+}
+
+/// The `IdService` of one AllocSvr.
+pub struct IdServer {
+    pub shared: Arc<Shared>,
+}
+
+impl IdServer {
+    fn setup(&self, name: &str) -> Result<&SchemeSetup, Status> {
+        let ids = &self.shared.ids;
+        ids.schemes.get(name).ok_or_else(|| {
+            let known: Vec<&str> = ids.schemes.keys().map(String::as_str).collect();
+            Status::not_found(format!(
+                "no id scheme named {name:?} in the cluster config's [ids.schemes] (configured: \
+                 {known:?})"
+            ))
+        })
+    }
+
+    /// Issues as many of `want` more ids as it can now, under the lock.
+    fn issue(
+        &self,
+        inner: &mut Inner,
+        name: &str,
+        setup: &SchemeSetup,
+        business: u64,
+        want: usize,
+        issued: &mut Issued,
+    ) -> Result<Step, Status> {
+        let Issued { ids: out, worker: worker_of_out } = issued;
+        if inner.stopping {
+            return Err(Status::unavailable(
+                "this AllocSvr is shutting down: ask another AllocSvr for ids",
+            ));
+        }
+        if !seqsvr_core::teeth::NO_ALLOC_LEASE_CHECK && !inner.lease_valid(BootInstant::now()) {
+            return Err(Status::unavailable(
+                "this AllocSvr holds no valid lease, so no worker id: retry, possibly at another \
+                 AllocSvr",
+            ));
+        }
+        let Some(alloc) = inner.alloc_id else {
+            return Err(Status::unavailable("this AllocSvr is not registered with its store yet"));
+        };
+        let Some(slot) = inner.ids.slots.get_mut(name) else {
+            return Ok(Step::Acquire(alloc));
+        };
+        if *worker_of_out != Some(slot.worker) {
+            // The worker id changed under this call (dropped and leased again): its ids so far
+            // are dropped (gaps, never reissued) so one answer carries one worker id.
+            out.clear();
+            *worker_of_out = Some(slot.worker);
+        }
+        let layout = &setup.layout;
+        let now = layout.units_at(seqsvr_server::clock::unix_ms_now());
+        let mut step = None;
+        while out.len() < want {
+            match slot.generator.next(now, slot.high_water) {
+                Ok(Next::Issue(stamp)) => {
+                    let fields = issued_fields(layout, slot.worker, stamp, business, random_u64());
+                    // The layout holds every field: the worker id comes from this set's share
+                    // of the scheme's worker ids, the business number was checked, and the
+                    // generator never passes the time or sequence fields.
+                    let id = layout.encode(&fields).map_err(|e| Status::internal(e.to_string()))?;
+                    out.push(id);
+                }
+                Ok(Next::WaitUntil(unit)) => {
+                    step = Some(Step::Wait { unit });
+                    break;
+                }
+                Ok(Next::RaiseHighWater(unit)) => {
+                    step = Some(Step::Reserve {
+                        alloc,
+                        worker: slot.worker,
+                        incarnation: slot.incarnation,
+                        unit: unit.max(now.saturating_add(setup.reserve_units)),
+                    });
+                    break;
+                }
+                Err(e) => {
+                    return Err(Status::resource_exhausted(format!(
+                        "id scheme {name:?}: {e}; its layout has run out of time ({})",
+                        layout.describe_range()
+                    )))
+                }
+            }
+        }
+        let stats = slot.generator.stats();
+        if stats.clock_back_events > slot.logged_clock_back {
+            slot.logged_clock_back = stats.clock_back_events;
+            self.shared.metrics.ids_clock_back.increment(1);
+            tracing::warn!(scheme = %name, worker = slot.worker, clock_back_events = stats.clock_back_events,
+                "the wall clock stepped back: issuing on from the last time used, never below it");
+        }
+        // Keep the mark half a reservation ahead, off the call path.
+        if !slot.reserving && slot.high_water < now.saturating_add(setup.reserve_units / 2) {
+            slot.reserving = true;
+            let target = now.saturating_add(setup.reserve_units).min(layout.max_time());
+            let (shared, name) = (self.shared.clone(), name.to_string());
+            let (worker, incarnation) = (slot.worker, slot.incarnation);
+            tokio::spawn(async move {
+                let deadline = Instant::now()
+                    + std::time::Duration::from_millis(shared.config.tuning.request_timeout_ms);
+                let _ = reserve(&shared, &name, alloc, worker, incarnation, target, deadline).await;
+            });
+        }
+        Ok(step.unwrap_or(Step::Done { worker: slot.worker }))
+    }
+}
+
+/// Leases a worker id of `name` for `alloc` and installs its generator above the high-water
+/// mark. One lease at a time per scheme (a call that finds one installed meanwhile is done).
+async fn acquire(
+    shared: &Arc<Shared>,
+    name: &str,
+    setup: &SchemeSetup,
+    alloc: AllocId,
+    deadline: Instant,
+) -> Result<(), Status> {
+    let lock = shared.id_locks.get(name).expect("a lock per configured scheme");
+    let _one_at_a_time = tokio::time::timeout_at(deadline, lock.lock())
+        .await
+        .map_err(|_| Status::unavailable("timed out waiting for a worker id lease"))?;
+    if shared.lock().ids.slots.contains_key(name) {
+        return Ok(());
+    }
+    let left = deadline.saturating_duration_since(Instant::now());
+    let fingerprint = setup.layout.fingerprint();
+    let leased = shared.store.acquire_worker(alloc, name, &fingerprint, left).await;
+    let (worker, high_water_ms) = leased.map_err(|s| match s.code() {
+        Code::ResourceExhausted => s,
+        Code::InvalidArgument => Status::failed_precondition(format!(
+            "the store refuses to lease a worker id of {name:?}: {}",
+            s.message()
+        )),
+        _ => Status::unavailable(format!(
+            "could not lease a worker id of {name:?} from the store: {}",
+            s.message()
+        )),
+    })?;
+    let acquired_at = BootInstant::now();
+    let layout = &setup.layout;
+    // The first time issued is above every time an earlier holder may have used.
+    let floor = if seqsvr_core::teeth::NO_HIGH_WATER { 0 } else { layout.units_at(high_water_ms) };
+    let generator = seqsvr_core::idscheme::Generator::new(layout, floor, setup.max_ahead_units)
+        .map_err(|e| {
+            Status::resource_exhausted(format!("id scheme {name:?}, worker id {worker}: {e}"))
+        })?;
+    let mut inner = shared.lock();
+    if inner.alloc_id != Some(alloc) || inner.stopping {
+        return Err(Status::unavailable(
+            "the registration changed while leasing a worker id; retry",
+        ));
+    }
+    let incarnation = inner.ids.next_incarnation;
+    inner.ids.next_incarnation += 1;
+    inner.ids.slots.insert(
+        name.to_string(),
+        WorkerSlot {
+            worker,
+            generator,
+            high_water: floor,
+            acquired_at,
+            incarnation,
+            reserving: false,
+            logged_clock_back: 0,
+        },
+    );
+    drop(inner);
+    shared.metrics.ids_workers_leased.increment(1);
+    tracing::info!(scheme = %name, worker, alloc = %alloc, high_water_ms,
+        starts_above = %seqsvr_core::idscheme::rfc3339_ms(layout.unix_ms(floor)),
+        "worker id leased: issuing above its high-water mark");
+    Ok(())
+}
+
+/// Raises the worker's high-water mark in the store to `unit` and records the committed mark.
+async fn reserve(
+    shared: &Arc<Shared>,
+    name: &str,
+    alloc: AllocId,
+    worker: u64,
+    incarnation: u64,
+    unit: u64,
+    deadline: Instant,
+) -> Result<(), Status> {
+    let layout = &shared.ids.schemes.get(name).expect("a configured scheme").layout;
+    let left = deadline.saturating_duration_since(Instant::now());
+    let fingerprint = layout.fingerprint();
+    let up_to_ms = layout.unix_ms(unit);
+    let result = shared.store.reserve_time(alloc, name, worker, up_to_ms, &fingerprint, left).await;
+    let mut inner = shared.lock();
+    let slot = inner.ids.slots.get_mut(name).filter(|s| s.incarnation == incarnation);
+    match (result, slot) {
+        (Ok(high_water_ms), Some(slot)) => {
+            slot.reserving = false;
+            slot.high_water = slot.high_water.max(layout.units_at(high_water_ms));
+            shared.metrics.ids_reservations.increment(1);
+            Ok(())
+        }
+        (Ok(_), None) => Err(Status::unavailable("the worker id was dropped meanwhile; retry")),
+        (Err(status), slot) => {
+            if status.code() == Code::FailedPrecondition {
+                // Not the holder any more: never issue with it again.
+                if slot.is_some() {
+                    inner.ids.slots.remove(name);
+                }
+                drop(inner);
+                tracing::warn!(scheme = %name, worker, error = %status.message(),
+                    "the store refused to reserve time for this worker id: dropped it");
+                shared.wake_heartbeat.notify_one();
+            } else if let Some(slot) = slot {
+                slot.reserving = false;
+            }
+            Err(Status::unavailable(format!(
+                "could not reserve time for worker id {worker} of {name:?} in the store: {}",
+                status.message()
+            )))
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl pb::id_service_server::IdService for IdServer {
+    async fn next_ids(
+        &self,
+        request: Request<pb::NextIdsRequest>,
+    ) -> Result<Response<pb::NextIdsResponse>, Status> {
+        let deadline =
+            crate::service::call_deadline(&request, self.shared.config.tuning.request_timeout_ms);
+        let r = request.into_inner();
+        let setup = self.setup(&r.scheme)?;
+        let layout = &setup.layout;
+        if layout.scheme() == Scheme::RongCloud {
+            return Err(Status::unimplemented(
+                "rongcloud ids are not served by NextIds yet (each session needs one owner, not a \
+                 worker id); Decode works for them",
+            ));
+        }
+        let max = self.shared.ids.max_count;
+        if r.count == 0 || r.count > max {
+            return Err(Status::invalid_argument(format!(
+                "count {} must be within [1, {max}] (ids.max_count)",
+                r.count
+            )));
+        }
+        let business_max = layout.max_value(seqsvr_core::idscheme::Part::Business);
+        if r.business > business_max {
+            return Err(Status::invalid_argument(if business_max == 0 {
+                format!("id scheme {:?} has no business number: send 0", r.scheme)
+            } else {
+                format!("business {} does not fit: at most {business_max}", r.business)
+            }));
+        }
+        let want = r.count as usize;
+        let mut issued = Issued { ids: Vec::with_capacity(want), worker: None };
+        let worker_id = loop {
+            let step = {
+                let mut inner = self.shared.lock();
+                self.issue(&mut inner, &r.scheme, setup, r.business, want, &mut issued)?
+            };
+            match step {
+                Step::Done { worker } => break worker,
+                Step::Acquire(alloc) => {
+                    acquire(&self.shared, &r.scheme, setup, alloc, deadline).await?
+                }
+                Step::Reserve { alloc, worker, incarnation, unit } => {
+                    let unit = unit.min(layout.max_time());
+                    reserve(&self.shared, &r.scheme, alloc, worker, incarnation, unit, deadline)
+                        .await?
+                }
+                Step::Wait { unit } => {
+                    let now_ms = seqsvr_server::clock::unix_ms_now();
+                    let wait_ms = layout.unix_ms(unit).saturating_sub(now_ms).max(1);
+                    let wait = std::time::Duration::from_millis(wait_ms);
+                    self.shared.metrics.ids_clock_waits.increment(1);
+                    if Instant::now() + wait > deadline {
+                        tracing::warn!(scheme = %r.scheme, wait_ms,
+                            "ids wait for the clock: the time already used is ahead of it");
+                        return Err(Status::unavailable(format!(
+                            "id scheme {:?}: the clock is {wait_ms} ms behind the time this worker \
+                             id already used (clock set back, or the sequence of every unit up to \
+                             ids.max_ahead_ms ahead is used): waiting would pass this call's \
+                             deadline; retry later or at another AllocSvr",
+                            r.scheme
+                        )));
+                    }
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        };
+        let out = issued.ids;
+        self.shared.metrics.ids_issued.increment(out.len() as u64);
+        let mut response = pb::NextIdsResponse { worker_id, ..Default::default() };
+        if layout.scheme().id_bits() <= 64 {
+            response.ids = out.into_iter().map(|id| id as u64).collect();
+        } else {
+            response.ids128 = out.into_iter().map(|id| id.to_be_bytes().to_vec()).collect();
+        }
+        Ok(Response::new(response))
+    }
+
+    async fn decode(
+        &self,
+        request: Request<pb::DecodeIdRequest>,
+    ) -> Result<Response<pb::DecodeIdResponse>, Status> {
+        let r = request.into_inner();
+        let layout = &self.setup(&r.scheme)?.layout;
+        let id = if r.text.is_empty() {
+            u128::from(r.id)
+        } else {
+            layout.parse(&r.text).map_err(|e| Status::invalid_argument(e.to_string()))?
+        };
+        let fields = layout.decode(id).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let text = layout.format(id).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let unix_ms = layout.unix_ms(fields.time);
+        let parts: Vec<String> = layout.parts().iter().map(|(p, w)| format!("{p} {w}")).collect();
+        Ok(Response::new(pb::DecodeIdResponse {
+            time_units: fields.time,
+            unix_ms,
+            time_rfc3339: seqsvr_core::idscheme::rfc3339_ms(unix_ms),
+            worker: seqsvr_core::idscheme::worker_of(layout, &fields).unwrap_or(0),
+            business: fields.business,
+            session_type: fields.session_type,
+            session_hash: fields.session_hash,
+            sequence: fields.sequence,
+            rand: fields.rand,
+            text,
+            layout: format!(
+                "{}; {} since {}; {}",
+                parts.join(" + "),
+                layout.unit(),
+                seqsvr_core::idscheme::rfc3339_ms(layout.epoch_ms()),
+                layout.describe_range()
+            ),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use seqsvr_core::idscheme::{Generator, LayoutSpec};
+    use std::time::Duration;
+
+    fn at(ms: u64) -> BootInstant {
+        BootInstant::from_since_boot(Duration::from_millis(ms))
+    }
+
+    fn slot(worker: u64, acquired_ms: u64, incarnation: u64) -> WorkerSlot {
+        let layout = LayoutSpec::of(Scheme::Snowflake).load(1_796_000_000_000).unwrap();
+        WorkerSlot {
+            worker,
+            generator: Generator::new(&layout, 100, 2_000).unwrap(),
+            high_water: 5_000,
+            acquired_at: at(acquired_ms),
+            incarnation,
+            reserving: true,
+            logged_clock_back: 0,
+        }
+    }
+
+    /// A grant keeps the worker ids it lists; one it does not list is dropped if it was leased
+    /// before the heartbeat was sent, and if leased after, kept but unable to issue until the
+    /// store confirms it with a new reservation (its mark back at its floor, a new incarnation
+    /// so a reservation answered before does not count).
+    #[test]
+    fn a_grant_decides_which_worker_ids_may_still_issue() {
+        let mut workers = IdWorkers { slots: BTreeMap::new(), next_incarnation: 3 };
+        workers.slots.insert("listed".into(), slot(1, 100, 0));
+        workers.slots.insert("freed".into(), slot(2, 100, 1));
+        workers.slots.insert("late".into(), slot(3, 900, 2));
+        let granted: BTreeSet<(String, u64)> = [("listed".to_string(), 1)].into();
+        workers.keep_granted(&granted, at(500));
+        assert_eq!(workers.held(), [("late".to_string(), 3), ("listed".to_string(), 1)]);
+        let listed = &workers.slots["listed"];
+        assert_eq!((listed.high_water, listed.incarnation, listed.reserving), (5_000, 0, true));
+        let late = &workers.slots["late"];
+        assert_eq!((late.high_water, late.incarnation, late.reserving), (100, 3, false));
+        assert_eq!(workers.next_incarnation, 4);
+        workers.clear();
+        assert!(workers.held().is_empty());
+    }
+}

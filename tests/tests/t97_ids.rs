@@ -1,0 +1,151 @@
+//! t97 (ids, issue 10): globally unique, time-ordered ids from the AllocSvrs. Every scheme with
+//! worker ids is served by two AllocSvrs at once (each under its own worker id leased from the
+//! set's store), bad requests are refused and change nothing, an AllocSvr restarted with kill -9
+//! goes on with a worker id whose ids are above everything issued before, and worker ids are
+//! reused across many restarts from a pool of two. The id checker (`seqsvr_check::ids`) checks
+//! every answer: no id twice, each worker id's ids increasing in real time.
+
+use seqsvr_cluster_tests::{wait_for, Cluster, ClusterOptions, IdRecorder, ProcKey};
+use seqsvr_core::ids::SetId;
+use seqsvr_proto::v1 as pb;
+use std::collections::BTreeSet;
+use tonic::Code;
+
+const SERVED: [&str; 4] = ["snowflake", "uid-generator", "weibo", "uuidv7"];
+
+/// Waits until the AllocSvr at `addr` answers `NextIds` for `scheme` (it has a lease and a
+/// worker id); answers its worker id.
+async fn wait_ids(rec: &IdRecorder, addr: &str, scheme: &str) -> u64 {
+    wait_for("the AllocSvr to serve ids", || async {
+        rec.next_ids(addr, scheme, 10, 0).await.ok().map(|(worker, _)| worker)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_scheme_is_served_unique_and_ordered_per_worker_id() {
+    let mut cluster =
+        Cluster::start(ClusterOptions { allocs_per_set: 2, ..ClusterOptions::default() });
+    let rec = IdRecorder::default();
+    let a_key = ProcKey::Alloc(SetId(0), 0);
+    let a = cluster.proc(a_key).addr.clone();
+    let b = cluster.proc(ProcKey::Alloc(SetId(0), 1)).addr.clone();
+    for scheme in SERVED {
+        let wa = wait_ids(&rec, &a, scheme).await;
+        let wb = wait_ids(&rec, &b, scheme).await;
+        assert_ne!(wa, wb, "{scheme}: two AllocSvrs hold one worker id");
+        for round in 0..20u64 {
+            let business = if scheme == "weibo" { round % 32 } else { 0 };
+            for addr in [&a, &b] {
+                let (_, ids) = rec.next_ids(addr, scheme, 100, business).await.expect(scheme);
+                assert_eq!(ids.len(), 100);
+            }
+        }
+    }
+
+    // Refusals say why and issue nothing.
+    let refused = |r: Result<(u64, Vec<u128>), tonic::Status>| r.expect_err("refused");
+    let e = refused(rec.next_ids(&a, "rongcloud", 1, 0).await);
+    assert_eq!(e.code(), Code::Unimplemented, "{e:?}");
+    let mut channel = pb::id_service_client::IdServiceClient::new(
+        seqsvr_client::store::alloc_channel(&a).expect("channel"),
+    );
+    let ask = |scheme: &str, count, business| pb::NextIdsRequest {
+        scheme: scheme.into(),
+        count,
+        business,
+    };
+    let e = channel.next_ids(ask("nope", 1, 0)).await.expect_err("unknown scheme");
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    assert!(e.message().contains("snowflake"), "names the configured schemes: {e:?}");
+    for (request, what) in [
+        (ask("snowflake", 0, 0), "count 0"),
+        (ask("snowflake", 100_001, 0), "count above ids.max_count"),
+        (ask("snowflake", 1, 1), "a business number for a scheme without one"),
+        (ask("weibo", 1, 32), "a business number of 6 bits"),
+    ] {
+        let e = channel.next_ids(request).await.expect_err(what);
+        assert_eq!(e.code(), Code::InvalidArgument, "{what}: {e:?}");
+    }
+
+    // Decode, by the AllocSvr, agrees with the answer.
+    let (worker, ids) = rec.next_ids(&a, "snowflake", 1, 0).await.expect("snowflake");
+    let decoded = channel
+        .decode(pb::DecodeIdRequest {
+            scheme: "snowflake".into(),
+            text: String::new(),
+            id: ids[0] as u64,
+        })
+        .await
+        .expect("decode")
+        .into_inner();
+    assert_eq!(decoded.worker, worker);
+    assert_eq!(decoded.text, ids[0].to_string());
+    let (_, uuids) = rec.next_ids(&a, "uuidv7", 1, 0).await.expect("uuidv7");
+    let uuid_layout = seqsvr_core::idscheme::LayoutSpec::of(seqsvr_core::idscheme::Scheme::UuidV7)
+        .load(1_796_000_000_000)
+        .expect("the uuidv7 layout");
+    let text = uuid_layout.format(uuids[0]).expect("a uuidv7");
+    let decoded = channel
+        .decode(pb::DecodeIdRequest { scheme: "uuidv7".into(), text: text.clone(), id: 0 })
+        .await
+        .expect("decode a uuid")
+        .into_inner();
+    assert_eq!(decoded.text, text);
+    let e = channel
+        .decode(pb::DecodeIdRequest { scheme: "uuidv7".into(), text: "not-a-uuid".into(), id: 0 })
+        .await
+        .expect_err("bad text");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+
+    // The store's view: one holder per leased worker id.
+    let leases = cluster.leases(SetId(0)).await.expect("leases");
+    let held: BTreeSet<(String, u64)> = leases
+        .workers
+        .iter()
+        .filter(|w| w.alloc_id != 0)
+        .map(|w| (w.scheme.clone(), w.worker_id))
+        .collect();
+    assert_eq!(held.len(), 8, "4 schemes × 2 AllocSvrs: {:?}", leases.workers);
+
+    // kill -9 and restart: the new process leases a worker id and issues above everything
+    // issued before with it (the checker's G2 across holders).
+    cluster.kill9_proc(a_key);
+    cluster.start_proc(a_key);
+    for scheme in SERVED {
+        wait_ids(&rec, &a, scheme).await;
+        for _ in 0..10 {
+            rec.next_ids(&a, scheme, 100, 0).await.expect(scheme);
+        }
+    }
+    let report = rec.assert_no_violation();
+    assert!(report.n_ids > 4 * 40 * 100, "{report:?}");
+}
+
+/// Worker ids are reused, never exhausted: one AllocSvr restarted (kill -9) 12 times with a
+/// pool of 2 worker ids per set. Each restart's registration gets one once the previous
+/// holder's lease must be over, above its high-water mark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_ids_are_reused_across_restarts_from_a_pool_of_two() {
+    let mut ids = seqsvr_cluster_tests::test_ids_config();
+    ids.schemes.retain(|name, _| name == "snowflake");
+    ids.schemes.get_mut("snowflake").expect("snowflake").workers_per_set = Some(2);
+    let mut cluster =
+        Cluster::start(ClusterOptions { allocs_per_set: 1, ids, ..ClusterOptions::default() });
+    let key = ProcKey::Alloc(SetId(0), 0);
+    let addr = cluster.proc(key).addr.clone();
+    let rec = IdRecorder::default();
+    let mut used = Vec::new();
+    for _ in 0..12 {
+        let worker = wait_ids(&rec, &addr, "snowflake").await;
+        for _ in 0..5 {
+            rec.next_ids(&addr, "snowflake", 200, 0).await.expect("snowflake");
+        }
+        used.push(worker);
+        cluster.kill9_proc(key);
+        cluster.start_proc(key);
+    }
+    assert!(used.iter().all(|&w| w < 2), "worker ids outside set 0's pool [0, 2): {used:?}");
+    let report = rec.assert_no_violation();
+    assert_eq!(report.by_scheme["snowflake"].workers, 2, "both reused: {used:?}");
+}
