@@ -84,6 +84,8 @@ pub struct WorkerSlot {
     incarnation: u64,
     /// A background reservation is in flight.
     reserving: bool,
+    /// No background reservation before this (one just failed: the store is down or refuses).
+    reserve_after: Option<Instant>,
     /// Clock-back events already logged.
     logged_clock_back: u64,
 }
@@ -144,6 +146,10 @@ struct Issued {
     ids: Vec<u128>,
     worker: Option<u64>,
 }
+
+/// After a failed background reservation, the next waits this long (calls that need one at
+/// once still ask).
+const RESERVE_BACKOFF: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// What a call must do before it can go on issuing.
 enum Step {
@@ -267,7 +273,11 @@ impl IdServer {
                 "the wall clock stepped back: issuing on from the last time used, never below it");
         }
         // Keep the mark half a reservation ahead, off the call path.
-        if !slot.reserving && slot.high_water < now.saturating_add(setup.reserve_units / 2) {
+        let backing_off = slot.reserve_after.is_some_and(|t| Instant::now() < t);
+        if !slot.reserving
+            && !backing_off
+            && slot.high_water < now.saturating_add(setup.reserve_units / 2)
+        {
             slot.reserving = true;
             let target = now.saturating_add(setup.reserve_units).min(layout.max_time());
             let (shared, name) = (self.shared.clone(), name.to_string());
@@ -337,6 +347,7 @@ async fn acquire(
             acquired_at,
             incarnation,
             reserving: false,
+            reserve_after: None,
             logged_clock_back: 0,
         },
     );
@@ -372,7 +383,9 @@ async fn reserve(
             shared.metrics.ids_reservations.increment(1);
             Ok(())
         }
-        (Ok(_), None) => Err(Status::unavailable("the worker id was dropped meanwhile; retry")),
+        // The slot was reset or dropped meanwhile: the caller looks again (and reserves for the
+        // new incarnation, or leases again).
+        (Ok(_), None) => Ok(()),
         (Err(status), slot) => {
             if status.code() == Code::FailedPrecondition {
                 // Not the holder any more: never issue with it again.
@@ -385,6 +398,7 @@ async fn reserve(
                 shared.wake_heartbeat.notify_one();
             } else if let Some(slot) = slot {
                 slot.reserving = false;
+                slot.reserve_after = Some(Instant::now() + RESERVE_BACKOFF);
             }
             Err(Status::unavailable(format!(
                 "could not reserve time for worker id {worker} of {name:?} in the store: {}",
@@ -530,6 +544,7 @@ mod tests {
             acquired_at: at(acquired_ms),
             incarnation,
             reserving: true,
+            reserve_after: None,
             logged_clock_back: 0,
         }
     }

@@ -632,15 +632,21 @@ impl StoreState {
                     pool_begin: *pool_begin,
                     pool_end: *pool_end,
                 };
-                let recorded = self.control.schemes.entry(scheme.clone()).or_insert(asked.clone());
-                if *recorded != asked {
-                    return ApplyOutcome::control(Err(Rejected::SchemeChanged {
-                        scheme: scheme.clone(),
-                        recorded: recorded.describe(),
-                        asked: asked.describe(),
-                    }));
+                if let Some(recorded) = self.control.schemes.get(scheme) {
+                    if *recorded != asked {
+                        return ApplyOutcome::control(Err(Rejected::SchemeChanged {
+                            scheme: scheme.clone(),
+                            recorded: recorded.describe(),
+                            asked: asked.describe(),
+                        }));
+                    }
                 }
-                ApplyOutcome::control(self.acquire_worker(*alloc, scheme, *pool_begin..*pool_end))
+                let leased = self.acquire_worker(*alloc, scheme, *pool_begin..*pool_end);
+                if leased.is_ok() {
+                    // Recorded with the first lease, in the same persisted change.
+                    self.control.schemes.entry(scheme.clone()).or_insert(asked);
+                }
+                ApplyOutcome::control(leased)
             }
             Command::ReserveTime { alloc, scheme, worker, up_to_ms, layout } => {
                 if let Some(recorded) = self.control.schemes.get(scheme) {
@@ -784,8 +790,11 @@ impl StoreState {
     }
 
     pub fn encode_snapshot(&self) -> Vec<u8> {
+        // Format 2 while no id scheme was ever leased: a member of an older build (during a
+        // rolling upgrade) can still install it; one with worker ids needs this build.
+        let ids_used = !self.control.workers.is_empty() || !self.control.schemes.is_empty();
         let data = SnapshotData {
-            format: SNAPSHOT_FORMAT,
+            format: if ids_used { SNAPSHOT_FORMAT } else { 2 },
             max_seq: self.iter().collect(),
             control: self.control.clone(),
         };
@@ -967,6 +976,26 @@ mod tests {
         );
         let _b2 = registered(&mut state, "b:1");
         assert_eq!(acquire(&mut state, b, 10..12), Err(Rejected::UnknownAlloc(b)), "replaced");
+    }
+
+    /// A lease that fails records no scheme (the record is persisted only with a lease), and a
+    /// state that never leased a worker id snapshots in format 2, which older builds read.
+    #[test]
+    fn a_failed_lease_records_nothing_and_id_free_snapshots_stay_format_2() {
+        let mut state = StoreState::new();
+        let before = state.clone();
+        let unknown = acquire(&mut state, AllocId(7), 0..4);
+        assert_eq!(unknown, Err(Rejected::UnknownAlloc(AllocId(7))));
+        assert_eq!(state, before, "nothing recorded");
+        let format = |s: &StoreState| {
+            let v: serde_json::Value = serde_json::from_slice(&s.encode_snapshot()).unwrap();
+            v["format"].as_u64().unwrap()
+        };
+        assert_eq!(format(&state), 2);
+        let a = registered(&mut state, "a:1");
+        acquire(&mut state, a, 0..4).unwrap();
+        assert_eq!(format(&state), SNAPSHOT_FORMAT as u64);
+        assert_eq!(StoreState::decode_snapshot(&state.encode_snapshot()).unwrap(), state);
     }
 
     /// Never-used ids first (the lowest), then the free one with the lowest high-water mark;

@@ -118,10 +118,16 @@ pub struct NodeConfig {
     pub tls: Option<seqsvr_server::tls::TlsSetup>,
     /// Id scheme → the worker ids this set leases out (`[ids.schemes]`, schemes with workers).
     pub worker_pools: std::collections::BTreeMap<String, std::ops::Range<u64>>,
-    /// `ids.reserve_ms + ids.max_ahead_ms` + a minute of clock skew: the furthest a worker's
-    /// high-water mark may be reserved ahead of this member's wall clock.
+    /// `ids.reserve_ms + ids.max_ahead_ms` + an hour of clock skew: the furthest a worker's
+    /// high-water mark may be reserved ahead of this member's wall clock (a clock further
+    /// ahead would push the mark, which every later holder starts above, into the future).
     pub max_reserve_ahead_ms: u64,
 }
+
+/// How far an AllocSvr's wall clock may run ahead of the store leader's before its time
+/// reservations are refused: an hour, far beyond NTP-kept skew, well short of a clock set
+/// years ahead.
+pub const MAX_CLOCK_SKEW_MS: u64 = 3_600_000;
 
 /// The worker ids set `set` leases out, per id scheme with worker ids, validated at `now_ms`.
 pub fn worker_pools(
@@ -235,7 +241,7 @@ impl NodeConfig {
                 .ids
                 .reserve_ms
                 .saturating_add(cluster.ids.max_ahead_ms)
-                .saturating_add(60_000),
+                .saturating_add(MAX_CLOCK_SKEW_MS),
         })
     }
 }

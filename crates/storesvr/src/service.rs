@@ -330,6 +330,11 @@ impl pb::store_service_server::StoreService for ServiceContext {
         if r.alloc_id == 0 {
             return Err(Status::invalid_argument("alloc_id 0 is not an AllocSvr registration"));
         }
+        if r.layout.is_empty() {
+            return Err(Status::invalid_argument(
+                "no layout: the scheme's layout is recorded at its first lease",
+            ));
+        }
         let lease = self
             .driver
             .acquire_worker(AllocId(r.alloc_id), r.scheme.clone(), r.layout, identity, wait)
@@ -352,6 +357,11 @@ impl pb::store_service_server::StoreService for ServiceContext {
         let r = request.into_inner();
         if r.alloc_id == 0 {
             return Err(Status::invalid_argument("alloc_id 0 is not an AllocSvr registration"));
+        }
+        if r.layout.is_empty() {
+            return Err(Status::invalid_argument(
+                "no layout: a reservation names its scheme's layout",
+            ));
         }
         let high_water_ms = self
             .driver

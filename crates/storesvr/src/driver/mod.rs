@@ -312,8 +312,9 @@ impl Driver {
                     tracing::warn!(alloc = %alloc, scheme = %scheme, worker, up_to_ms, now_ms,
                         "time reservation refused: the AllocSvr's clock runs far ahead of ours");
                     let _ = reply.send(Err(RequestError::Invalid(format!(
-                        "reserving up to {} is more than {} ms ahead of this store's clock ({}): \
-                         is the AllocSvr's clock far ahead? Fix its clock",
+                        "reserving up to {} is more than {} ms ahead of the store leader's clock \
+                         ({}): the AllocSvr's clock runs far ahead, or this leader's far behind; \
+                         fix the wrong one",
                         seqsvr_core::idscheme::rfc3339_ms(up_to_ms),
                         self.config.max_reserve_ahead_ms,
                         seqsvr_core::idscheme::rfc3339_ms(now_ms)
