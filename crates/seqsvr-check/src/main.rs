@@ -56,6 +56,10 @@ enum Command {
         /// (split over the store members) for an answer.
         #[arg(long)]
         heartbeat_ms: Option<u64>,
+        /// Run without the id load (NextIds calls of every scheme, checked for duplicates and
+        /// order): for timing-sensitive sequence-only runs, whose faults it would perturb.
+        #[arg(long)]
+        no_id_load: bool,
     },
     /// Load a running cluster (its cluster file) with recorded calls while an outside script
     /// injects faults, marking them on stdin (`step NAME`, then `stop` or end of input); then
@@ -235,6 +239,7 @@ fn main() -> ExitCode {
             lease_ms,
             lease_margin_ms,
             heartbeat_ms,
+            no_id_load,
         } => {
             let kinds: Vec<FaultKind> = if faults.is_empty() {
                 ALL_FAULTS.to_vec()
@@ -270,6 +275,7 @@ fn main() -> ExitCode {
                 lease_ms,
                 lease_margin_ms,
                 heartbeat_ms,
+                id_load: !no_id_load,
             };
             match runtime.block_on(nemesis::run(cfg)) {
                 Ok(summary) => {
