@@ -13,8 +13,12 @@
 //! - `redis`: `INCR seq:{uid}` on one connection per client.
 //! - `postgres`: `UPDATE counters SET seq = seq + 1 WHERE uid = $1 RETURNING seq`.
 //! - `etcd`: a per-uid counter via a compare-and-swap `Txn` on the key's mod_revision.
+//!
+//! `seqbench ids` (module `ids`) measures the id service instead: `NextIds` and the SDK's
+//! cached path per scheme, against in-process ceilings; `seqbench ids-report` tables them.
 
 mod floor;
+mod ids;
 mod target;
 
 use anyhow::Context;
@@ -125,6 +129,16 @@ enum Command {
         url: String,
         #[arg(long, default_value_t = 100_000)]
         uids: u64,
+    },
+    /// Ids (issue 10): one mode of one scheme — `NextIds`, the SDK's cached path, or a local
+    /// in-process ceiling — with ids/s, latency per call, CPU per id and the issued times' lead.
+    Ids(ids::IdsArgs),
+    /// Summarize `seqbench ids` result JSONs as markdown: served paths, ceilings, targets.
+    IdsReport {
+        results: Vec<PathBuf>,
+        /// Also write every run into this one JSON file (an array).
+        #[arg(long)]
+        json: Option<PathBuf>,
     },
     /// Summarize result JSONs (medians over runs, ratios) as markdown.
     Report {
@@ -481,6 +495,8 @@ async fn main() -> anyhow::Result<()> {
         Command::Touch { workload, from, pids } => touch(workload, from, &pids).await,
         Command::PgSetup { url, uids } => target::pg_setup(&url, uids).await,
         Command::Report { results, against } => report(&results, &against),
+        Command::Ids(args) => ids::run(args).await,
+        Command::IdsReport { results, json } => ids::report(&results, json.as_ref()),
     }
 }
 
