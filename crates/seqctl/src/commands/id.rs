@@ -3,8 +3,7 @@
 //! next AllocSvr on a transient failure); `id decode` reads an id's fields from the config's
 //! layout alone, with no server and no certificate.
 
-use crate::commands::alloc::route_tables;
-use crate::ctx::{Ctx, Deadline};
+use crate::ctx::Ctx;
 use crate::error::{CtlError, Exit};
 use crate::render::{self, Row, View};
 use seqsvr_client::ids::{self as ids_sdk, DecodedId, IdClient, Ids, SchemeLookupError};
@@ -216,21 +215,6 @@ pub fn decode(ctx: &Ctx, scheme: &str, id: &str) -> Result<Exit, CtlError> {
     Ok(Exit::Ok)
 }
 
-/// The AllocSvrs to ask: every set's `allocs`, and for a set that lists none, the AllocSvrs in
-/// its route table as its store leader knows it.
-async fn alloc_addresses(config: &ClusterConfig, deadline: Deadline) -> Vec<String> {
-    let mut addrs: Vec<String> =
-        config.sets.iter().flat_map(|s| s.allocs.iter().cloned()).collect();
-    if config.sets.iter().any(|s| s.allocs.is_empty()) {
-        for table in route_tables(config, deadline).await {
-            addrs.extend(table.entries.into_iter().map(|e| e.addr));
-        }
-    }
-    addrs.sort();
-    addrs.dedup();
-    addrs
-}
-
 /// The text forms of an answer's ids in `layout`.
 fn new_ids_view(name: &str, layout: &Layout, ids: &Ids) -> Result<NewIds, CtlError> {
     let texts =
@@ -278,20 +262,7 @@ pub async fn next(ctx: &Ctx, scheme: &str, count: u32, business: u64) -> Result<
         return Err(CtlError::usage(what, "only weibo ids carry a business number (0 to 31)"));
     }
     let deadline = ctx.deadline();
-    let addrs = alloc_addresses(&config, deadline).await;
-    if addrs.is_empty() {
-        return Err(CtlError {
-            exit: Exit::NoAnswer,
-            what: "no AllocSvr address known: the config lists no `allocs` and no set's store \
-                   leader gave a route table"
-                .into(),
-            hint: Some(
-                "list the AllocSvrs in each set's `allocs` in the cluster config, or start one \
-                 (`seqctl status` shows the stores and AllocSvrs)"
-                    .into(),
-            ),
-        });
-    }
+    let addrs = super::seq::alloc_addresses(&config, deadline).await?;
     let target = format!("AllocSvrs {}", addrs.join(", "));
     let client = IdClient::new(&addrs).map_err(|status| {
         CtlError::usage(status.message().to_string(), "fix the AllocSvr addresses")

@@ -25,29 +25,23 @@ impl View for SeqValues {
     }
 }
 
-/// Seeds for the client SDK: the config's AllocSvr list of each set, else the addresses in the
-/// set's route table as its store leader knows it.
-async fn seeds(config: &ClusterConfig, deadline: Deadline) -> Vec<String> {
-    let mut seeds: Vec<String> =
+/// The AllocSvrs to ask: the config's AllocSvr list of each set, plus (for a set that lists
+/// none) the addresses in its route table as its store leader knows it. None known is an error
+/// saying how to fix it.
+pub(crate) async fn alloc_addresses(
+    config: &ClusterConfig,
+    deadline: Deadline,
+) -> Result<Vec<String>, CtlError> {
+    let mut addrs: Vec<String> =
         config.sets.iter().flat_map(|s| s.allocs.iter().cloned()).collect();
     if config.sets.iter().any(|s| s.allocs.is_empty()) {
         for table in route_tables(config, deadline).await {
-            if let Some(e) = table.entries.first() {
-                seeds.push(e.addr.clone());
-            }
+            addrs.extend(table.entries.into_iter().map(|e| e.addr));
         }
     }
-    seeds.sort();
-    seeds.dedup();
-    seeds
-}
-
-/// `next` (allocate) or `get` (read) each uid in turn, all within one --timeout-ms.
-pub async fn seq_command(ctx: &Ctx, uids: &[u64], allocate: bool) -> Result<Exit, CtlError> {
-    let config = ctx.config()?;
-    let deadline = ctx.deadline();
-    let seeds = seeds(&config, deadline).await;
-    if seeds.is_empty() {
+    addrs.sort();
+    addrs.dedup();
+    if addrs.is_empty() {
         return Err(CtlError {
             exit: Exit::NoAnswer,
             what: "no AllocSvr address known: the config lists no `allocs` and no set's store \
@@ -60,6 +54,14 @@ pub async fn seq_command(ctx: &Ctx, uids: &[u64], allocate: bool) -> Result<Exit
             ),
         });
     }
+    Ok(addrs)
+}
+
+/// `next` (allocate) or `get` (read) each uid in turn, all within one --timeout-ms.
+pub async fn seq_command(ctx: &Ctx, uids: &[u64], allocate: bool) -> Result<Exit, CtlError> {
+    let config = ctx.config()?;
+    let deadline = ctx.deadline();
+    let seeds = alloc_addresses(&config, deadline).await?;
     let target = format!("AllocSvrs {}", seeds.join(", "));
     let client = SeqClient::connect(&seeds, deadline.left()).await.map_err(|status| {
         CtlError::grpc("fetch the route tables", &target, &status, ctx.timeout)
