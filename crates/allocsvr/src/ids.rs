@@ -499,29 +499,10 @@ impl pb::id_service_server::IdService for IdServer {
         } else {
             layout.parse(&r.text).map_err(|e| Status::invalid_argument(e.to_string()))?
         };
-        let fields = layout.decode(id).map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let text = layout.format(id).map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let unix_ms = layout.unix_ms(fields.time);
-        let parts: Vec<String> = layout.parts().iter().map(|(p, w)| format!("{p} {w}")).collect();
-        Ok(Response::new(pb::DecodeIdResponse {
-            time_units: fields.time,
-            unix_ms,
-            time_rfc3339: seqsvr_core::idscheme::rfc3339_ms(unix_ms),
-            worker: seqsvr_core::idscheme::worker_of(layout, &fields).unwrap_or(0),
-            business: fields.business,
-            session_type: fields.session_type,
-            session_hash: fields.session_hash,
-            sequence: fields.sequence,
-            rand: fields.rand,
-            text,
-            layout: format!(
-                "{}; {} since {}; {}",
-                parts.join(" + "),
-                layout.unit(),
-                seqsvr_core::idscheme::rfc3339_ms(layout.epoch_ms()),
-                layout.describe_range()
-            ),
-        }))
+        // The same fields and text the SDK's pure decode gives, so both answers agree.
+        let decoded = seqsvr_client::ids::decode_id(layout, id)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        Ok(Response::new(decoded.to_response()))
     }
 }
 
