@@ -7,7 +7,9 @@
 #   3. docker pause of an AllocSvr until its sections moved (past its lease), then unpause;
 #   4. a rolling restart of every container, one at a time, each waited on until healthy;
 #   5. a StoreSvr replaced by one with a fresh, empty volume through the membership procedure.
-# Then checks the history (no value repeats or goes back) and writes the per-step summary to
+# The same load also issues ids of every scheme the compose cluster file serves (snowflake,
+# uuidv7) on both AllocSvrs. Then checks the histories (no value repeats or goes back; no id is
+# issued twice, no worker id's ids go back) and writes the per-step summary to
 # docs/reliability/containers.md. Prints "skipped: no Docker engine" (exit 0) without one.
 #
 # Every container, network and volume it made is removed at the end, also on failure
@@ -217,7 +219,9 @@ fi
 8 recording clients on the host (`seqcheck load`), five steps of container faults. Each row is a
 step from its start to the next step's start; "longest stretch" is the longest time in the step
 during which no client call to the set succeeded (what an application felt). The history was
-checked: every value distinct and increasing in real-time order per uid.
+checked: every value distinct and increasing in real-time order per uid. The same load issued
+ids (`NextIds` of every scheme the compose file serves, on both AllocSvrs), checked for ids issued
+twice and for ids of one worker id going back in real-time order.
 
 EOF
   echo "Run: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, Compose $("${compose_cmd[@]}" version --short 2>/dev/null || echo '?'), Docker $(docker version -f '{{.Server.Version}}')."

@@ -6,9 +6,15 @@
 //! step ends there); `stop` (or end of input) stops the load. Every call is recorded as in the
 //! nemesis; at the end the history is checked and, per step, the longest stretch in which a set
 //! saw no successful call is reported: what a client felt during that step.
+//!
+//! Beside the sequence load, the nemesis's id load (unless `id_load` is off): `NextIds` of every
+//! scheme the cluster file serves, on every AllocSvr of the loaded sets, checked at the end for
+//! ids issued twice and ids of one worker id going back (G1, G2). A scheme that never got one id
+//! fails the run: its checks would be empty.
 
 use crate::history::{check, Operation, Outcome, Report};
-use crate::nemesis::start_load;
+use crate::ids::IdReport;
+use crate::nemesis::{id_faults, start_load};
 use seqsvr_client::seq::SeqClient;
 use seqsvr_core::config::ClusterConfig;
 use serde::Serialize;
@@ -32,6 +38,8 @@ pub struct LoadConfig {
     /// This client's certificate and key, when the cluster file has `[tls]`.
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
+    /// Also issue and check ids of every served scheme (the nemesis's id load).
+    pub id_load: bool,
 }
 
 /// One marked step: its name, window and, per set, the longest stretch without a successful
@@ -47,8 +55,12 @@ pub struct StepGap {
 
 #[derive(Debug, Serialize)]
 pub struct LoadSummary {
+    /// The sequence history's report; id violations are mirrored into it, so `is_valid` covers
+    /// both.
     pub report: Report,
     pub steps: Vec<StepGap>,
+    /// The id load's report (empty without it).
+    pub ids: IdReport,
 }
 
 impl LoadSummary {
@@ -78,6 +90,10 @@ impl LoadSummary {
             r.n_values,
             r.violations.len()
         ));
+        if self.ids.n_ok + self.ids.n_fail + self.ids.n_unknown + self.ids.n_malformed > 0 {
+            t.push_str("\n| ids | |\n|---|---|\n");
+            t.push_str(&self.ids.table_rows());
+        }
         t
     }
 }
@@ -185,6 +201,20 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<LoadSummary> {
         clients.push(Arc::new(SeqClient::connect(&seeds, cfg.connect_wait).await?));
     }
     let load = start_load(clients, uids, cfg.seed, t0);
+    let (mut id_schemes, id_layouts) = id_faults::served_schemes(&config.ids, &config.sets)?;
+    if !cfg.id_load {
+        id_schemes.clear(); // no id load, and no scheme is required to have been served
+    }
+    let id_allocs: Vec<(u64, String)> = config
+        .sets
+        .iter()
+        .flat_map(|s| s.allocs.iter().map(move |a| (s.id.0, a.clone())))
+        .collect();
+    let id_names: Vec<&str> = id_schemes.iter().map(|s| s.name.as_str()).collect();
+    if !id_names.is_empty() {
+        eprintln!("load: ids of {} on {} AllocSvrs", id_names.join(", "), id_allocs.len());
+    }
+    let id_load = id_faults::start_id_load(id_allocs, id_schemes.clone(), cfg.seed, t0);
     eprintln!("load: {} clients running; mark steps on stdin (`step NAME`, `stop`)", cfg.clients);
     let mut marks: Vec<(String, u64)> = vec![("start".into(), 0)];
     // Stdin is read on a thread of its own (blocking reads), one line at a time.
@@ -216,10 +246,21 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<LoadSummary> {
     }
     let ops = load.finish(&cfg.out_dir).await?;
     let end_ns = t0.elapsed().as_nanos() as u64;
-    let report = check(&ops);
-    let summary = LoadSummary { steps: step_gaps(&ops, &marks, end_ns), report };
+    let mut report = check(&ops);
+    let id_calls = id_load.finish(&cfg.out_dir).await?;
+    let ids = crate::ids::check(&id_calls, &id_layouts);
+    ids.mirror_into(&mut report, &id_calls);
+    let unserved = id_faults::unserved(&ids, &id_schemes);
+    let summary = LoadSummary { steps: step_gaps(&ops, &marks, end_ns), report, ids };
     std::fs::write(cfg.out_dir.join("report.json"), serde_json::to_string_pretty(&summary)?)?;
     std::fs::write(cfg.out_dir.join("summary.md"), summary.table())?;
+    if let Some(e) = unserved {
+        if summary.report.is_valid() {
+            // Nothing broken was seen, but part of the check is empty: not a pass.
+            return Err(e);
+        }
+        eprintln!("load: {e}");
+    }
     Ok(summary)
 }
 
@@ -262,8 +303,12 @@ mod tests {
         assert_eq!(steps[1].longest_gap_ms[&0], 50);
         assert_eq!(steps[1].longest_gap_ms[&1], 95);
         assert_eq!(steps[1].calls_ok, 3);
-        assert!(LoadSummary { report: check(&ops), steps }
-            .table()
-            .contains("| kill | 0.1 s | 3 |"));
+        let mut summary = LoadSummary { report: check(&ops), steps, ids: IdReport::default() };
+        let table = summary.table();
+        assert!(table.contains("| kill | 0.1 s | 3 |"), "{table}");
+        assert!(!table.contains("id calls"), "no id load, no id rows: {table}");
+        summary.ids.n_ok = 4;
+        summary.ids.n_ids = 40;
+        assert!(summary.table().contains("| id calls | 4 ok (40 ids)"), "{}", summary.table());
     }
 }

@@ -87,6 +87,10 @@ enum Command {
         /// The private key of --tls-cert.
         #[arg(long, env = "SEQSVR_TLS_KEY")]
         tls_key: Option<PathBuf>,
+        /// Run without the id load (NextIds of every served scheme on every loaded AllocSvr,
+        /// checked for ids issued twice and for ids of one worker id going back).
+        #[arg(long)]
+        no_id_load: bool,
     },
     /// Replay the lost-disk interleaving with real processes: a lagging member plus a member
     /// whose data dir was wiped must not elect a leader that lost a committed max_seq.
@@ -160,7 +164,17 @@ fn lost_disk_command(cfg: LostDiskConfig) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Load { config, out, clients, seed, sets, connect_wait_s, tls_cert, tls_key } => {
+        Command::Load {
+            config,
+            out,
+            clients,
+            seed,
+            sets,
+            connect_wait_s,
+            tls_cert,
+            tls_key,
+            no_id_load,
+        } => {
             let cfg = seqsvr_check::load::LoadConfig {
                 config,
                 out_dir: out.clone(),
@@ -170,6 +184,7 @@ fn main() -> ExitCode {
                 connect_wait: std::time::Duration::from_secs(connect_wait_s),
                 tls_cert,
                 tls_key,
+                id_load: !no_id_load,
             };
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(rt) => rt,

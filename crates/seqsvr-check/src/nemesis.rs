@@ -12,7 +12,7 @@
 //! checked by [`crate::ids::check`]); id violations count as violations of the run
 //! (`nemesis/id_faults.rs`).
 
-mod id_faults;
+pub(crate) mod id_faults;
 mod lease_faults;
 mod membership;
 
