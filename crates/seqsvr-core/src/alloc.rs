@@ -11,10 +11,50 @@
 //!   so arithmetic on sequences cannot overflow (it saturates anyway, for `max_seq` loaded from
 //!   data written before the ceiling existed). A section with no value left below both its
 //!   `max_seq` and the ceiling answers `SeqError::Ceiling`: a final error, never a wait.
+//!
+//! # 32-bit offsets and rebases (issue 13, item 4)
+//!
+//! A section keeps `base` and, per uid, `cur_seq - base` as a `u32` (0 = untouched = `base`):
+//! 4 bytes per uid instead of 8. Between reloads a uid rarely climbs 2^32 above its section's
+//! base, but it can (a hot uid, a long-lived owner), so an offset that would pass
+//! `offset_limit` (`u32::MAX`; smaller in tests) first **rebases** the section: `base` becomes
+//! the section's `high_water` and every offset 0 (the array is dropped and calloc'd again on
+//! the next touch: O(1), and untouched pages cost nothing again).
+//!
+//! Why that keeps I1 and I2:
+//! - Every uid's `cur_seq` is <= `high_water` (the highest value handed out in the section, or
+//!   the loaded `max_seq`), so setting all of them to `high_water` only ever **raises** a uid:
+//!   its next value `high_water + 1` is above everything it was ever given (I1). That is
+//!   exactly what a reload at `max_seq` does to every uid, with a smaller gap.
+//! - Values already handed out earlier in the same batch (to any uid of the section) are
+//!   <= `high_water` too (it is raised as each value is handed out), so a rebase in the middle
+//!   of a batch cannot put a later value of that batch at or below an earlier one of the same
+//!   uid.
+//! - The next value after a rebase still passes the I2 check against `max_seq`; when
+//!   `high_water + 1` does not fit, the request waits for an advance like any other.
+//! - `high_water - base <= offset_limit` always (every value is `base + offset`), so after a
+//!   rebase one more value of every uid fits (`offset_limit >= 1`), and a uid repeated more
+//!   than `offset_limit` times in one batch just rebases again. It also means a rebase is only
+//!   ever triggered by a uid whose `cur_seq` *is* `high_water` (offset at the limit): its own
+//!   next value is `high_water + 1` either way.
+//! - All or nothing: a batch never rebases unless it is served. Its quick bound (highest
+//!   current among its uids + its count) still bounds every value with rebases: the uid that
+//!   triggers one is at most that high, and the rebase raises the others at most to it. So the
+//!   quick path needs no extra compare. The exact path (`check_exact`, taken when the quick
+//!   bound passes `max_seq`) must replay the rebases: after one, the later uids of the batch
+//!   start from `high_water`, not from their own `cur_seq`, so a batch can need more than
+//!   `current + repeats`. It is refused, changing nothing, if that passes `max_seq`: a rebase
+//!   can make a batch wait that would have fitted without it (once per 2^32 values of a uid).
+//!
+//! Alternatives: rebasing to the lowest offset (subtracting it from every slot) keeps values
+//! without gaps but costs a pass over the whole array and still raises the others; a 64-bit
+//! fallback array per hot section adds a branch to every read. Gaps are allowed; going back is
+//! not, and the rebase is one compare on the hot path.
 
 use crate::ids::{LeaseEpoch, SectionId, Seq};
 use crate::section::{SectionRange, MAX_SEQ_CEILING};
 use crate::store::SectionAdvance;
+use crate::teeth;
 use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,12 +97,15 @@ struct SectionSeqs {
     lease_epoch: LeaseEpoch,
     /// Invariant: every value handed out for this section is <= max_seq (I2).
     max_seq: u64,
-    /// `max_seq` when loaded: the `cur_seq` of every uid not touched since.
+    /// `max_seq` when loaded, or `high_water` at the last rebase: the `cur_seq` of every uid
+    /// not touched since.
     base: u64,
-    /// `cur_seq` per uid (index `uid % section_size`), 0 = untouched (reads as `base`).
+    /// `cur_seq - base` per uid (index `uid % section_size`), 0 = untouched (reads as `base`);
+    /// never above the table's `offset_limit` (see the module doc: a rebase comes first).
     /// Allocated on first touch; calloc'd, so untouched pages cost no memory.
-    cur: Option<Box<[u64]>>,
-    /// Highest value handed out in this section (>= base).
+    cur: Option<Box<[u32]>>,
+    /// Highest value handed out in this section, or the loaded `max_seq` (>= base, and
+    /// `<= base + offset_limit`). Every uid's `cur_seq` is <= it.
     high_water: u64,
     /// `max_seq` wanted; > max_seq means an advance is needed.
     want: u64,
@@ -99,6 +142,48 @@ impl SectionSeqs {
     fn want_at_least(&mut self, target: u64) {
         self.want = self.want.max(target.min(MAX_SEQ_CEILING));
     }
+
+    /// The offset of the uid at `index` (0 when untouched).
+    #[inline]
+    fn offset(&self, index: usize) -> u32 {
+        self.cur.as_ref().map_or(0, |c| c[index])
+    }
+
+    /// The next value of the uid at `index`, and whether the section must be rebased before
+    /// it is handed out (its offset would pass `offset_limit`). The one compare on the hot
+    /// path. After a rebase the value is `high_water + 1`, which the caller checks against
+    /// `limit()` like any other.
+    #[inline]
+    fn next_of(&self, index: usize, offset_limit: u32) -> (u64, bool) {
+        let off = self.offset(index);
+        if off >= offset_limit && !teeth::NO_REBASE {
+            (self.high_water.saturating_add(1), true)
+        } else {
+            (self.base.saturating_add(u64::from(off) + 1), false)
+        }
+    }
+
+    /// Every uid's `cur_seq` becomes `high_water` (only ever raised: see the module doc).
+    fn rebase(&mut self) {
+        self.base = self.high_water;
+        self.cur = None;
+    }
+
+    /// Records `value` (from `next_of`, after the rebase it asked for) as the `cur_seq` of the
+    /// uid at `index`.
+    #[inline]
+    fn set(&mut self, index: usize, value: u64, size: usize, offset_limit: u32) {
+        let off = value - self.base;
+        debug_assert!(teeth::NO_REBASE || off <= u64::from(offset_limit), "rebase first");
+        let off = if teeth::NO_REBASE {
+            // The bug the rebase prevents: the offset wraps (a truncating cast for u32::MAX).
+            (off % (u64::from(offset_limit) + 1)) as u32
+        } else {
+            off as u32
+        };
+        self.cur.get_or_insert_with(|| vec![0u32; size].into_boxed_slice())[index] = off;
+        self.high_water = self.high_water.max(value);
+    }
 }
 
 /// [`AllocTable::usage`]: sections by state and the bytes allocated for `cur_seq` arrays
@@ -109,7 +194,11 @@ pub struct TableUsage {
     pub sections_loading: usize,
     /// Ready sections with a `cur_seq` array (at least one uid touched since loading).
     pub sections_touched: usize,
+    /// Bytes of the `cur_seq` offset arrays: 4 per uid of each touched section.
     pub cur_seq_bytes: u64,
+    /// Sections rebased since the table was made (a counter: it only grows). A rebase raises
+    /// every uid of a section to its `high_water` when one uid's 32-bit offset would overflow.
+    pub rebases: u64,
 }
 
 #[derive(Debug)]
@@ -129,6 +218,12 @@ pub struct AllocTable {
     /// (`drop_section`): the next grant must be installed in full, even an empty one, which
     /// must then drop every section still held (as an empty `Vec` it would be skipped).
     last_grant: Option<Vec<(SectionRange, LeaseEpoch)>>,
+    /// The largest offset a `cur_seq` slot holds before its section rebases: `u32::MAX`, or
+    /// a small value in tests (`with_offset_limit`) so that rebases happen at small values. Not
+    /// a config field: nothing outside tests has a reason to change it.
+    offset_limit: u32,
+    /// Rebases so far (`TableUsage::rebases`).
+    rebases: u64,
 }
 
 impl AllocTable {
@@ -139,7 +234,17 @@ impl AllocTable {
             sections: BTreeMap::new(),
             wanting: BTreeSet::new(),
             last_grant: Some(Vec::new()),
+            offset_limit: u32::MAX,
+            rebases: 0,
         }
+    }
+
+    /// A table whose sections rebase once an offset would pass `offset_limit` (>= 1), so
+    /// that tests reach rebases with small values.
+    #[cfg(test)]
+    fn with_offset_limit(config: AllocConfig, offset_limit: u32) -> AllocTable {
+        assert!(offset_limit >= 1, "a rebased uid must have room for one value");
+        AllocTable { offset_limit, ..AllocTable::new(config) }
     }
 
     pub fn config(&self) -> AllocConfig {
@@ -198,6 +303,7 @@ impl AllocTable {
         merge_bounds(&mut bounds);
         let mut fits = true;
         for b in &bounds {
+            // Also with the rebases pass 2 may do (module doc: they keep this bound).
             if b.highest.saturating_add(b.count) > self.ready_ref(b.section)?.limit() {
                 fits = false;
                 break;
@@ -206,20 +312,26 @@ impl AllocTable {
         if !fits {
             self.check_exact(uids)?;
         }
-        // Pass 2: allocate.
-        let size = self.config.section_size as usize;
+        // Pass 2: allocate, rebasing where an offset would pass the limit (the values stay
+        // within the bound that pass 1 or `check_exact` checked).
+        let (size, offset_limit) = (self.config.section_size as usize, self.offset_limit);
         let mut values = Vec::with_capacity(uids.len());
+        let mut rebases = 0;
         for run in &runs {
             let s = self.ready(run.section)?;
             for &uid in &uids[run.begin..run.end] {
                 let index = uid as usize % size;
-                let value = current_of(s, index).saturating_add(1);
+                let (value, rebase) = s.next_of(index, offset_limit);
                 assert!(value <= s.limit(), "I2: {value} above committed max_seq {}", s.max_seq);
-                s.cur.get_or_insert_with(|| vec![0u64; size].into_boxed_slice())[index] = value;
-                s.high_water = s.high_water.max(value);
+                if rebase {
+                    s.rebase();
+                    rebases += 1;
+                }
+                s.set(index, value, size, offset_limit);
                 values.push(value);
             }
         }
+        self.rebases += rebases;
         self.after_serving(bounds.iter().map(|b| b.section));
         Ok(values)
     }
@@ -230,9 +342,11 @@ impl AllocTable {
     /// holds up the rest.
     pub fn next_each(&mut self, uids: &[u64]) -> Vec<u64> {
         let runs = self.runs_of(uids);
-        let (size, config) = (self.config.section_size as usize, self.config);
+        let (size, config, offset_limit) =
+            (self.config.section_size as usize, self.config, self.offset_limit);
         let mut values = Vec::with_capacity(uids.len());
         let mut touched = Vec::with_capacity(runs.len());
+        let mut rebases = 0;
         for run in &runs {
             let Ok(s) = self.ready(run.section) else {
                 values.extend(std::iter::repeat_n(0, run.end - run.begin));
@@ -240,19 +354,24 @@ impl AllocTable {
             };
             for &uid in &uids[run.begin..run.end] {
                 let index = uid as usize % size;
-                let value = current_of(s, index).saturating_add(1);
+                let (value, rebase) = s.next_of(index, offset_limit);
                 if value > s.limit() {
+                    // Not served, so not rebased either: nothing changes but the want.
                     let target = value.saturating_add(s.step(&config));
                     s.want_at_least(target);
                     values.push(0);
                     continue;
                 }
-                s.cur.get_or_insert_with(|| vec![0u64; size].into_boxed_slice())[index] = value;
-                s.high_water = s.high_water.max(value);
+                if rebase {
+                    s.rebase();
+                    rebases += 1;
+                }
+                s.set(index, value, size, offset_limit);
                 values.push(value);
             }
             touched.push(run.section);
         }
+        self.rebases += rebases;
         touched.sort_unstable();
         touched.dedup();
         self.after_serving(touched);
@@ -273,21 +392,50 @@ impl AllocTable {
         runs
     }
 
-    /// The exact check for a batch whose bound did not fit: the highest value each section
-    /// needs, counting repeats; asks for an advance where it exceeds `max_seq`. A need that no
-    /// advance can meet (above the ceiling) is `Ceiling`, at once.
+    /// The exact check for a batch whose quick bound did not fit: the highest value each
+    /// section needs, replaying the batch in order with the rebases pass 2 would do (the same
+    /// rule as `SectionSeqs::next_of`); asks for an advance where it exceeds `max_seq`. A need
+    /// that no advance can meet (above the ceiling) is `Ceiling`, at once. Changes nothing
+    /// else: a refused batch leaves every `cur_seq` as it was.
     fn check_exact(&mut self, uids: &[u64]) -> Result<(), SeqError> {
-        let mut need: BTreeMap<SectionId, u64> = BTreeMap::new();
-        let mut repeats: BTreeMap<u64, u64> = BTreeMap::new();
+        /// A section as pass 2 would leave it so far: `generation` counts its rebases.
+        struct Replay {
+            base: u64,
+            high_water: u64,
+            generation: u64,
+            need: u64,
+        }
+        let offset_limit = u64::from(self.offset_limit);
+        let mut replays: BTreeMap<SectionId, Replay> = BTreeMap::new();
+        // Each uid's `cur_seq` after its last value in the batch, and the generation then.
+        let mut seen: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
         for &uid in uids {
             let (section, index) = self.section_of(uid);
-            let s = self.ready(section)?;
-            let k = repeats.entry(uid).or_insert(0);
-            *k += 1;
-            let value = current_of(s, index).saturating_add(*k);
-            let n = need.entry(section).or_insert(0);
-            *n = (*n).max(value);
+            let s = self.ready_ref(section)?;
+            let r = replays.entry(section).or_insert(Replay {
+                base: s.base,
+                high_water: s.high_water,
+                generation: 0,
+                need: 0,
+            });
+            let current = match seen.get(&uid) {
+                Some(&(value, generation)) if generation == r.generation => value,
+                _ if r.generation > 0 => r.base, // rebased since: reads as the new base
+                _ => current_of(s, index),
+            };
+            let value = if current.saturating_sub(r.base) >= offset_limit && !teeth::NO_REBASE {
+                r.base = r.high_water;
+                r.generation += 1;
+                r.high_water.saturating_add(1)
+            } else {
+                current.saturating_add(1)
+            };
+            r.high_water = r.high_water.max(value);
+            r.need = r.need.max(value);
+            seen.insert(uid, (value, r.generation));
         }
+        let need: BTreeMap<SectionId, u64> =
+            replays.into_iter().map(|(s, r)| (s, r.need)).collect();
         let (mut short, mut ceiling) = (None, None);
         for (&section, &value) in &need {
             let config = self.config;
@@ -500,11 +648,12 @@ impl AllocTable {
                     u.sections_ready += 1;
                     if let Some(cur) = &s.cur {
                         u.sections_touched += 1;
-                        u.cur_seq_bytes += std::mem::size_of_val::<[u64]>(cur) as u64;
+                        u.cur_seq_bytes += std::mem::size_of_val::<[u32]>(cur) as u64;
                     }
                 }
             }
         }
+        u.rebases = self.rebases;
         u
     }
 
@@ -551,9 +700,9 @@ fn merge_bounds(bounds: &mut Vec<Bound>) {
     });
 }
 
+/// The `cur_seq` of the uid at `index`: `base` plus its offset.
 fn current_of(s: &SectionSeqs, index: usize) -> u64 {
-    let cur = s.cur.as_ref().map_or(0, |c| c[index]);
-    cur.max(s.base)
+    s.base.saturating_add(u64::from(s.offset(index)))
 }
 
 #[cfg(test)]

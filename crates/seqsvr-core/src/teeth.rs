@@ -46,6 +46,11 @@
 //! - `teeth-no-high-water`: a new holder of a worker id starts from its own clock instead of
 //!   above the worker id's persisted high-water mark: with the clock set back, it reissues ids
 //!   an earlier holder issued.
+//! - `teeth-no-rebase`: the AllocSvr's per-uid 32-bit `cur_seq` offset (`alloc.rs`, issue 13)
+//!   wraps (a truncating cast) instead of rebasing its section first: a uid served more than
+//!   2^32 values above its section's base goes back to near the base. No nemesis run reaches
+//!   2^32 values of one uid; the allocation table's model test with a tiny offset limit
+//!   (`alloc::tests`, `scripts/test.sh`) catches it ("I1 violated").
 
 /// Whether worker ids are freed before their holder's lease is over (see the module doc).
 pub const NO_WORKER_WAIT: bool = cfg!(feature = "teeth-no-worker-wait");
@@ -73,9 +78,11 @@ pub const NO_CONTROL_PERSIST: bool = cfg!(feature = "teeth-no-control-persist");
 pub const RELEASE_BEFORE_STOP: bool = cfg!(feature = "teeth-release-before-stop");
 /// Whether any `alloc` identity may act for any registration (see the module doc).
 pub const NO_HOLDER_CHECK: bool = cfg!(feature = "teeth-no-holder-check");
+/// Whether a `cur_seq` offset wraps instead of rebasing its section (see the module doc).
+pub const NO_REBASE: bool = cfg!(feature = "teeth-no-rebase");
 
 /// Every switch and its feature name, so a new one is listed in exactly one more place.
-const ALL: [(bool, &str); 13] = [
+const ALL: [(bool, &str); 14] = [
     (NO_LEASE_WAIT, "teeth-no-lease-wait"),
     (NO_FENCING, "teeth-no-fencing"),
     (BOOTSTRAP_EMPTY_VOTER, "teeth-bootstrap-empty-voter"),
@@ -89,6 +96,7 @@ const ALL: [(bool, &str); 13] = [
     (NO_HOLDER_CHECK, "teeth-no-holder-check"),
     (NO_WORKER_WAIT, "teeth-no-worker-wait"),
     (NO_HIGH_WATER, "teeth-no-high-water"),
+    (NO_REBASE, "teeth-no-rebase"),
 ];
 
 /// The teeth compiled into this build.
