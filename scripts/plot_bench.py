@@ -20,7 +20,11 @@ for label, runs in sorted(by_label.items()):
     med = sorted(runs, key=lambda r: r["values_per_s"])[len(runs) // 2]
     xs = [100 - p for p, _ in med["curve"]]
     ys = [us / 1000 for _, us in med["curve"]]
-    ax.plot(xs, ys, marker="o", label=f'{label} ({statistics.median(r["values_per_s"] for r in runs):,.0f} values/s)')
+    vps = statistics.median(r["values_per_s"] for r in runs)
+    cpu = statistics.median(
+        r.get("client_cpu_us_per_call", 0) + r.get("server_cpu_us_per_call", 0) for r in runs
+    )
+    ax.plot(xs, ys, marker="o", label=f"{label} ({vps:,.0f} values/s, {cpu:.1f} µs CPU/call)")
 ax.set_xscale("log")
 ax.invert_xaxis()
 ax.set_yscale("log")

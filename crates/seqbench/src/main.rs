@@ -1,25 +1,52 @@
-//! `seqbench`: one workload, many targets, side by side.
+//! `seqbench`: one workload, many targets, side by side, each peer driven at its best.
 //!
 //! Every target gets the same client concurrency, the same uid distribution (uniform or Zipf
-//! over N uids) and the same duration; latencies go into an HdrHistogram. Results are JSON (one
-//! file per run) and `seqbench report` turns a directory of them into a markdown table of
-//! medians and ratios. `scripts/bench.sh` starts the peers and alternates the targets.
+//! over N uids) and the same duration; latencies go into an HdrHistogram. Connections are made
+//! before the timed window. Results are JSON (one file per run): throughput, latency
+//! percentiles, and CPU time per call of this client and of the server processes
+//! (`--server-pids`, and `--server-trees` with every descendant, from /proc). `seqbench report`
+//! turns a directory of them into a markdown table of medians, ratios to the peer at its best
+//! and CPU per call; `seqbench targets` checks issue 13's targets. `scripts/bench.sh` starts the
+//! peers and alternates the targets.
 //!
 //! Targets:
-//! - `floor`: an in-process gRPC server with seqsvr's request/response shape that only bumps an
-//!   in-memory counter: the cost of the RPC stack alone.
-//! - `seqsvr`, `seqsvr-batch`: a running cluster through the client SDK (one uid per call, or
-//!   `--batch` uids per call).
-//! - `redis`: `INCR seq:{uid}` on one connection per client.
-//! - `postgres`: `UPDATE counters SET seq = seq + 1 WHERE uid = $1 RETURNING seq`.
-//! - `etcd`: a per-uid counter via a compare-and-swap `Txn` on the key's mod_revision.
+//! - `floor`: one `Next` RPC per call on a bare `SeqServiceClient` (one shared channel, the
+//!   SDK's message limits, no SDK) to the floor server: the cost of one RPC per call on
+//!   seqsvr's RPC stack, the honest floor of "seqsvr, no coalescing". The floor server
+//!   (`seqbench floor-serve`, module `floor`) is `SeqService` over the same TLS, connection
+//!   limits and role check as an AllocSvr, whose handlers only bump an in-memory counter; its
+//!   route table sends every uid to itself. `--url` is its address; without `--url` a
+//!   plaintext one runs inside this process (its CPU then counts as the client's).
+//! - `floor-coalesced`: the SDK (`SeqClient`, coalescing exactly as the `seqsvr` target) against
+//!   the floor server: `seqsvr ÷ floor, coalesced` is what the allocation tier costs.
+//! - `floor-batch`: the SDK's `next_batch` with `--batch` uids per call against the floor
+//!   server, as `seqsvr-batch` calls the cluster.
+//! - `seqsvr`, `seqsvr-batch`: a running cluster through the client SDK (one uid per call,
+//!   coalesced unless `--no-coalesce`, or `--batch` uids per call).
+//! - `redis`: `INCR seq:{uid}`. `--redis-conn shared` (the default, Redis at its best): every
+//!   caller shares ONE `MultiplexedConnection`, on which redis-rs pipelines concurrent
+//!   commands. `--redis-conn per-caller`: a `MultiplexedConnection` per caller (no pipelining
+//!   across callers).
+//! - `postgres`: `UPDATE counters SET seq = seq + 1 WHERE uid = $1 RETURNING seq` (prepared,
+//!   autocommit, synchronous commit as the server is configured) through a fixed pool of
+//!   `--pg-pool` connections shared by all callers (tokio-postgres pipelines the queries of
+//!   concurrent callers on one connection); `--pg-pool 0`: a connection per caller.
+//! - `etcd`: a per-uid counter via a compare-and-swap `Txn` on the key's mod_revision. Its best
+//!   client settings: one HTTP/2 channel per member shared by every caller (callers spread over
+//!   the members), a view of (value, mod_revision) per uid shared by all callers and warmed
+//!   from one paged range read before the timed window, so an uncontended increment is one
+//!   round trip; a lost CAS retries at once with the value the failed `Txn` returned.
 //!
 //! `seqbench ids` (module `ids`) measures the id service instead: `NextIds` and the SDK's
 //! cached path per scheme, against in-process ceilings; `seqbench ids-report` tables them.
 
+mod cpu;
 mod floor;
 mod ids;
+mod report;
 mod target;
+
+use cpu::cpu_us;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -33,7 +60,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use target::{Target, TargetKind};
+use target::{RedisConn, Target, TargetKind};
 
 #[derive(Parser)]
 #[command(name = "seqbench", version, about = "Benchmark sequence allocators side by side")]
@@ -44,24 +71,35 @@ struct Cli {
 
 #[derive(Clone, Debug, clap::Args)]
 struct Workload {
-    /// floor | seqsvr | seqsvr-batch | redis | postgres | etcd
+    /// floor | floor-coalesced | floor-batch | seqsvr | seqsvr-batch | redis | postgres | etcd
     #[arg(long)]
     target: TargetKind,
     /// A label for the report (e.g. "redis everysec").
     #[arg(long)]
     label: Option<String>,
-    /// seqsvr: the cluster config (seeds = the AllocSvrs it lists).
+    /// seqsvr: the cluster config (seeds = the AllocSvrs it lists). floor* with --url: the
+    /// cluster file the floor server serves with (its `[tls]`).
     #[arg(long, default_value = "data/local/cluster.toml")]
     config: PathBuf,
-    /// seqsvr over mutual TLS (the cluster file has `[tls]`): this client's certificate.
+    /// seqsvr or the floor over mutual TLS (the cluster file has `[tls]`): this client's
+    /// certificate.
     #[arg(long, env = "SEQSVR_TLS_CERT")]
     tls_cert: Option<PathBuf>,
     /// The private key of --tls-cert.
     #[arg(long, env = "SEQSVR_TLS_KEY")]
     tls_key: Option<PathBuf>,
-    /// redis: redis://127.0.0.1:6390/ ; postgres: a connection string.
+    /// redis: redis://127.0.0.1:6390/ ; postgres: a connection string; etcd: host:port,...;
+    /// floor*: the floor server's host:port (none: an in-process floor, plaintext).
     #[arg(long, default_value = "")]
     url: String,
+    /// redis: shared = one auto-pipelining connection for all callers (Redis at its best);
+    /// per-caller = a connection per caller.
+    #[arg(long, value_enum, default_value_t = RedisConn::Shared)]
+    redis_conn: RedisConn,
+    /// postgres: connections in the pool shared by all callers (0: one per caller; a pool
+    /// larger than --concurrency has idle connections). See PG_POOL_DEFAULT for the default.
+    #[arg(long, default_value_t = PG_POOL_DEFAULT)]
+    pg_pool: usize,
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
     /// Run for this long (the upper bound when `--calls` is given).
@@ -76,7 +114,7 @@ struct Workload {
     /// uniform | zipf
     #[arg(long, default_value = "uniform")]
     dist: String,
-    /// Uids per call (seqsvr-batch).
+    /// Uids per call (seqsvr-batch, floor-batch).
     #[arg(long, default_value_t = 1000)]
     batch: usize,
     /// Where the result JSON goes.
@@ -100,7 +138,21 @@ struct Workload {
     /// (user + system, from /proc) during the run is divided by the calls served.
     #[arg(long, value_delimiter = ',')]
     server_pids: Vec<u32>,
+    /// Like --server-pids, with every descendant each has once this client's connections are
+    /// made (PostgreSQL's postmaster: its backends, WAL writer, checkpointer...).
+    #[arg(long, value_delimiter = ',')]
+    server_trees: Vec<u32>,
 }
+
+/// `--pg-pool`'s default: the best of 1, 2, 4, 8, 16, 32 and 64 connections measured by hand
+/// on this 2-core machine (64 callers, uniform, `synchronous_commit = on`; the table is in
+/// docs/benchmarks/README.md): 1 connection ~370 calls/s, 8 ~1.9 k, 16 ~3.6 k, 32 ~5.2 k,
+/// 64 ~7.3 k. The pool is not CPU-bound, so "cores × 2" is the wrong rule here: every UPDATE
+/// commits on its own and waits for its WAL flush (~2.6 ms on this disk), and a connection runs
+/// its queries one after another even when tokio-postgres pipelines them, so throughput is
+/// connections ÷ flush time, bounded by group commit; more concurrent committers share each
+/// flush. The best pool for 64 callers is one connection per caller.
+const PG_POOL_DEFAULT: usize = 64;
 
 #[derive(Subcommand)]
 enum Command {
@@ -140,16 +192,45 @@ enum Command {
         #[arg(long)]
         json: Option<PathBuf>,
     },
-    /// Summarize result JSONs (medians over runs, ratios) as markdown.
+    /// Summarize result JSONs (files or directories) as markdown: medians over runs, each
+    /// target's values/s ÷ `--against`'s, CPU µs per call (client, servers, total).
     Report {
         results: Vec<PathBuf>,
-        /// The label every ratio is computed against (seqsvr / X).
-        #[arg(long, default_value = "seqsvr")]
+        /// The label every ratio is computed against (the peer at its best).
+        #[arg(long, default_value = report::labels::REDIS_BEST)]
         against: String,
+        /// Paced runs: the rate reached, the percentiles and p99.9 ÷ `--against`'s.
+        #[arg(long)]
+        latency: bool,
     },
+    /// Issue 13's targets from the result files of one `scripts/bench.sh` run, as a markdown
+    /// table (measured median, target, MET or MISSED). Runs are found by the labels bench.sh
+    /// gives them: "seqsvr", "redis everysec, shared conn", "floor, coalesced",
+    /// "seqsvr batch 1000", "floor batch 1000", "seqsvr step 100", "seqsvr step 100000"; the
+    /// pinned runs by target (seqsvr, floor-coalesced).
+    Targets {
+        /// NAME=DIR: the throughput runs of one uid distribution (repeat: uniform=…, zipf=…).
+        #[arg(long = "dist")]
+        dists: Vec<String>,
+        /// The paced runs with the client and the servers pinned to separate CPUs.
+        #[arg(long)]
+        pinned: Option<PathBuf>,
+        /// The step 100 / 100,000 runs.
+        #[arg(long)]
+        step: Option<PathBuf>,
+        /// `seqbench touch`'s output.
+        #[arg(long)]
+        touch: Option<PathBuf>,
+        /// `seqbench crash-check`'s output lines.
+        #[arg(long)]
+        crash: Option<PathBuf>,
+    },
+    /// Serve the floor: seqsvr's `SeqService` (same TLS, limits and role check as an AllocSvr)
+    /// over in-memory counters, with a route table that sends every uid to itself.
+    FloorServe(floor::FloorServeArgs),
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct RunResult {
     label: String,
     target: String,
@@ -179,6 +260,9 @@ struct RunResult {
     /// CPU time of the `--server-pids` processes per call served, in µs (0 without them).
     #[serde(default)]
     server_cpu_us_per_call: f64,
+    /// How many server processes were counted (0: the servers' CPU was not counted).
+    #[serde(default)]
+    server_processes: usize,
 }
 
 fn uid_source(w: &Workload, seed: u64) -> anyhow::Result<impl FnMut() -> u64> {
@@ -196,31 +280,39 @@ fn uid_source(w: &Workload, seed: u64) -> anyhow::Result<impl FnMut() -> u64> {
 }
 
 async fn run(w: Workload) -> anyhow::Result<()> {
-    let target = Arc::new(Target::connect(&w).await?);
-    let batch = if w.target == TargetKind::SeqsvrBatch { w.batch } else { 1 };
     anyhow::ensure!(w.rate >= 0.0 && w.rate.is_finite(), "--rate: calls per second, >= 0");
+    anyhow::ensure!(w.concurrency > 0, "--concurrency must be at least 1");
+    let target = Arc::new(Target::connect(&w).await?);
+    let batch = if w.target.batched() { w.batch } else { 1 };
+    anyhow::ensure!(batch > 0, "--batch must be at least 1");
     let keep_last = w.last_values.is_some();
-    let deadline = Instant::now() + Duration::from_secs(w.seconds);
+    // Every connection first (PostgreSQL starts a backend per connection), then the server
+    // processes to count, then the clock: connecting is not part of the timed window.
+    let mut handles = Vec::with_capacity(w.concurrency);
+    for c in 0..w.concurrency {
+        handles.push(target.handle(c).await?);
+    }
+    let servers = cpu::ServerProcesses::resolve(&w.server_pids, &w.server_trees)?;
+    let done_calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let started_calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let cpu_before = (cpu::cpu_us("self")?, servers.cpu_us()?);
     let started = Instant::now();
+    let deadline = started + Duration::from_secs(w.seconds);
     // Paced: a thread hands out due times; the k-th call is due at started + k / rate and goes
     // to client k % concurrency.
     let mut pacer_queues = (w.rate > 0.0).then(|| pace(w.rate, w.concurrency, started, deadline));
-    let done_calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let started_calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let progress = tokio::spawn(progress(done_calls.clone(), w.seconds, label_of(&w)));
-    let cpu_before = (cpu_us("self")?, servers_cpu_us(&w.server_pids)?);
     let mut tasks = Vec::new();
-    for c in 0..w.concurrency {
-        let target = target.clone();
+    for (c, mut handle) in handles.into_iter().enumerate() {
         let done_calls = done_calls.clone();
         let mut next_uid = uid_source(&w, c as u64 + 1)?;
-        let mut handle = target.handle(c).await?;
         let mut due_times = pacer_queues.as_mut().and_then(|q| q.pop());
         let (started_calls, max_calls) = (started_calls.clone(), w.calls);
+        let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
         tasks.push(tokio::spawn(async move {
-            let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
             let (mut calls, mut values, mut errors) = (0u64, 0u64, 0u64);
             let mut last: BTreeMap<u64, u64> = BTreeMap::new();
+            let mut first_error: Option<String> = None;
             loop {
                 let t = match &mut due_times {
                     Some(queue) => match queue.recv().await {
@@ -248,33 +340,48 @@ async fn run(w: Workload) -> anyhow::Result<()> {
                             }
                         }
                     }
-                    Err(_) => errors += 1,
+                    Err(e) => {
+                        errors += 1;
+                        first_error.get_or_insert_with(|| format!("{e:#}"));
+                    }
                 }
             }
-            (hist, calls, values, errors, last)
+            (hist, calls, values, errors, last, first_error)
         }));
     }
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
     let (mut calls, mut values, mut errors) = (0, 0, 0);
     let mut last: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut first_error = None;
     for t in tasks {
-        let (h, c, v, e, l) = t.await?;
+        let (h, c, v, e, l, err) = t.await.context("a caller task failed")?;
         hist.add(&h)?;
         calls += c;
         values += v;
         errors += e;
+        first_error = first_error.or(err);
         for (u, x) in l {
             let e = last.entry(u).or_insert(0);
             *e = (*e).max(x);
         }
     }
+    if calls == 0 {
+        anyhow::bail!(
+            "{}: no call succeeded ({errors} failed; the first: {})",
+            label_of(&w),
+            first_error.as_deref().unwrap_or("none started")
+        );
+    }
     let seconds = started.elapsed().as_secs_f64();
-    let cpu_after = (cpu_us("self")?, servers_cpu_us(&w.server_pids)?);
+    let cpu_after = (cpu::cpu_us("self")?, servers.cpu_us().context("after the run")?);
     let per_call =
         |before: u64, after: u64| after.saturating_sub(before) as f64 / calls.max(1) as f64;
     progress.abort();
     if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         eprintln!();
+    }
+    if let Some(e) = &first_error {
+        eprintln!("{}: {errors} calls failed; the first: {e}", label_of(&w));
     }
     let curve = [50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99]
         .iter()
@@ -300,18 +407,20 @@ async fn run(w: Workload) -> anyhow::Result<()> {
         curve,
         client_cpu_us_per_call: per_call(cpu_before.0, cpu_after.0),
         server_cpu_us_per_call: per_call(cpu_before.1, cpu_after.1),
+        server_processes: servers.len(),
     };
     println!(
-        "{:<22} {:>10.0} calls/s {:>12.0} values/s  p50 {:>6} us  p99 {:>6} us  p99.9 {:>6} us  errors {}  cpu/call client {:.2} us servers {:.2} us",
+        "{:<22} {:>10.0} calls/s {:>12.0} values/s  p50 {:>6} us  p99 {:>6} us  p99.9 {:>6} us  errors {}  cpu/call client {:.2} us servers {:.2} us ({} processes)",
         result.label, result.calls_per_s, result.values_per_s, result.p50_us, result.p99_us, result.p999_us, errors,
-        result.client_cpu_us_per_call, result.server_cpu_us_per_call
+        result.client_cpu_us_per_call, result.server_cpu_us_per_call, result.server_processes
     );
     if let Some(out) = &w.out {
         std::fs::write(out, serde_json::to_vec_pretty(&result)?)
             .with_context(|| format!("writing {}", out.display()))?;
     }
     if let Some(path) = &w.last_values {
-        std::fs::write(path, serde_json::to_vec(&last)?)?;
+        std::fs::write(path, serde_json::to_vec(&last)?)
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }
@@ -417,29 +526,6 @@ async fn crash_check(w: Workload) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// CPU time (user + system) a process (`"self"` or a PID) has used so far, in µs, from
-/// /proc/<pid>/stat (clock ticks of 10 ms: runs of seconds make that negligible).
-fn cpu_us(pid: &str) -> anyhow::Result<u64> {
-    const TICK_US: u64 = 10_000; // USER_HZ is 100 on Linux
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("process {pid} is not running"))?;
-    cpu_ticks(&stat).map(|t| t * TICK_US).with_context(|| format!("malformed /proc/{pid}/stat"))
-}
-
-/// utime + stime (fields 14 and 15) of a /proc/<pid>/stat line. The command name (field 2,
-/// in parentheses) may hold spaces and parentheses: fields are counted after the last ')'.
-fn cpu_ticks(stat: &str) -> Option<u64> {
-    let rest = stat.rsplit_once(')')?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // Field 3 (state) is the first after the name: fields 14 and 15 are at 11 and 12.
-    let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
-    Some(tick(11)? + tick(12)?)
-}
-
-fn servers_cpu_us(pids: &[u32]) -> anyhow::Result<u64> {
-    pids.iter().map(|p| cpu_us(&p.to_string())).sum()
-}
-
 /// Resident memory of a process, from /proc.
 fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -494,71 +580,36 @@ async fn main() -> anyhow::Result<()> {
         Command::CrashCheck { workload } => crash_check(workload).await,
         Command::Touch { workload, from, pids } => touch(workload, from, &pids).await,
         Command::PgSetup { url, uids } => target::pg_setup(&url, uids).await,
-        Command::Report { results, against } => report(&results, &against),
+        Command::Report { results, against, latency } => {
+            report::report(&results, &against, latency)
+        }
+        Command::Targets { dists, pinned, step, touch, crash } => {
+            report::targets_command(&report::TargetFiles {
+                dists: &dists,
+                pinned: pinned.as_deref(),
+                step: step.as_deref(),
+                touch: touch.as_deref(),
+                crash: crash.as_deref(),
+            })
+        }
+        Command::FloorServe(args) => floor::serve(args).await,
         Command::Ids(args) => ids::run(args).await,
         Command::IdsReport { results, json } => ids::report(&results, json.as_ref()),
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() {
-        return 0.0;
-    }
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
-    }
+fn median(v: Vec<f64>) -> f64 {
+    report::median(v)
 }
 
-fn report(paths: &[PathBuf], against: &str) -> anyhow::Result<()> {
-    let mut by_label: BTreeMap<String, Vec<RunResult>> = BTreeMap::new();
-    for p in paths {
-        let r: RunResult = serde_json::from_slice(&std::fs::read(p)?)
-            .with_context(|| format!("{}", p.display()))?;
-        by_label.entry(r.label.clone()).or_default().push(r);
-    }
-    let med = |runs: &[RunResult], f: fn(&RunResult) -> f64| median(runs.iter().map(f).collect());
-    let base = by_label.get(against).map(|r| med(r, |x| x.values_per_s));
-    println!(
-        "| target | runs | values/s (median) | {against} ÷ target | p50 µs | p99 µs | p99.9 µs | calls per RPC | errors |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|");
-    for (label, runs) in &by_label {
-        let vps = med(runs, |x| x.values_per_s);
-        let ratio =
-            base.map(|b| format!("{:.2}×", b / vps.max(1e-9))).unwrap_or_else(|| "-".into());
-        let per_rpc = if runs.iter().all(|r| r.coalesced_rpcs > 0) {
-            format!("{:.1}", med(runs, |x| x.calls as f64 / x.coalesced_rpcs as f64))
-        } else {
-            "1".into()
-        };
-        println!(
-            "| {label} | {} | {:.0} | {ratio} | {:.0} | {:.0} | {:.0} | {per_rpc} | {} |",
-            runs.len(),
-            vps,
-            med(runs, |x| x.p50_us as f64),
-            med(runs, |x| x.p99_us as f64),
-            med(runs, |x| x.p999_us as f64),
-            runs.iter().map(|r| r.errors).sum::<u64>()
-        );
-    }
-    Ok(())
+/// CPU time of `pids` so far, in µs (the id benchmark's servers).
+fn servers_cpu_us(pids: &[u32]) -> anyhow::Result<u64> {
+    pids.iter().map(|p| cpu_us(&p.to_string())).sum()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cpu_ticks_are_utime_plus_stime_after_the_command_name() {
-        let line = "4242 (a (weird) name) S 1 2 3 4 5 6 7 8 9 10 250 30 0 0 20 0 1 0";
-        assert_eq!(cpu_ticks(line), Some(280));
-        assert_eq!(cpu_ticks("4242 (short) S 1 2"), None);
-        assert!(cpu_us("self").is_ok());
-    }
 
     fn workload(dist: &str) -> Workload {
         Workload {
@@ -568,6 +619,8 @@ mod tests {
             tls_cert: None,
             tls_key: None,
             url: String::new(),
+            redis_conn: RedisConn::Shared,
+            pg_pool: PG_POOL_DEFAULT,
             concurrency: 1,
             seconds: 1,
             calls: 0,
@@ -580,6 +633,7 @@ mod tests {
             max_in_flight: 2,
             rate: 0.0,
             server_pids: Vec::new(),
+            server_trees: Vec::new(),
         }
     }
 
@@ -612,13 +666,6 @@ mod tests {
     }
 
     #[test]
-    fn medians() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert_eq!(median(vec![]), 0.0);
-    }
-
-    #[test]
     fn uid_distributions_stay_in_range_and_zipf_is_skewed() {
         let mut uniform = uid_source(&workload("uniform"), 1).unwrap();
         let mut zipf = uid_source(&workload("zipf"), 1).unwrap();
@@ -641,5 +688,17 @@ mod tests {
         assert_eq!(h.next(&[7]).await.unwrap(), vec![1]);
         assert_eq!(h.next(&[7]).await.unwrap(), vec![2]);
         assert_eq!(h.next(&[8]).await.unwrap(), vec![1]);
+    }
+
+    #[tokio::test]
+    async fn the_sdk_runs_against_the_floor_coalesced_and_batched() {
+        for target in [TargetKind::FloorCoalesced, TargetKind::FloorBatch] {
+            let mut w = workload("uniform");
+            w.target = target;
+            let target = Target::connect(&w).await.unwrap();
+            let mut h = target.handle(0).await.unwrap();
+            assert_eq!(h.next(&[5]).await.unwrap(), vec![1]);
+            assert_eq!(h.next(&[5, 6, 5]).await.unwrap(), vec![2, 1, 3]);
+        }
     }
 }

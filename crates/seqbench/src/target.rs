@@ -1,4 +1,5 @@
-//! The targets a workload runs against, each behind the same `next(uids) -> values` call.
+//! The targets a workload runs against, each behind the same `next(uids) -> values` call, each
+//! driven the way its users would drive it at its best (see the module docs of `main.rs`).
 
 use crate::Workload;
 use anyhow::Context;
@@ -20,11 +21,21 @@ use etcdpb::kv_client::KvClient;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum TargetKind {
+    /// One `Next` RPC per call, straight on a `SeqServiceClient` (one shared channel).
     Floor,
+    /// The SDK (`SeqClient`, coalescing as shipped) against the floor server.
+    FloorCoalesced,
+    /// The SDK's `next_batch` (`--batch` uids per call) against the floor server.
+    FloorBatch,
+    /// The SDK (coalescing unless --no-coalesce) against the cluster in --config.
     Seqsvr,
+    /// The SDK's `next_batch` (`--batch` uids per call) against the cluster.
     SeqsvrBatch,
+    /// `INCR seq:{uid}` (--redis-conn: shared or per-caller).
     Redis,
+    /// `UPDATE … RETURNING` through a pool of --pg-pool connections.
     Postgres,
+    /// Compare-and-swap `Txn` per uid, one channel per member in --url.
     Etcd,
 }
 
@@ -32,6 +43,8 @@ impl TargetKind {
     pub fn name(self) -> &'static str {
         match self {
             TargetKind::Floor => "floor",
+            TargetKind::FloorCoalesced => "floor-coalesced",
+            TargetKind::FloorBatch => "floor-batch",
             TargetKind::Seqsvr => "seqsvr",
             TargetKind::SeqsvrBatch => "seqsvr-batch",
             TargetKind::Redis => "redis",
@@ -39,16 +52,51 @@ impl TargetKind {
             TargetKind::Etcd => "etcd",
         }
     }
+
+    /// Calls carry `--batch` uids (else one).
+    pub fn batched(self) -> bool {
+        matches!(self, TargetKind::SeqsvrBatch | TargetKind::FloorBatch)
+    }
 }
 
+/// How the Redis target connects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RedisConn {
+    /// One `MultiplexedConnection` shared (cloned) by every caller: redis-rs pipelines the
+    /// concurrent commands on it, which is how redis-rs is meant to be used.
+    Shared,
+    /// A `MultiplexedConnection` of its own per caller: no pipelining across callers.
+    PerCaller,
+}
+
+/// One pooled PostgreSQL connection and its prepared statement.
+pub struct PgConn {
+    client: tokio_postgres::Client,
+    stmt: tokio_postgres::Statement,
+}
+
+const PG_INCREMENT: &str = "UPDATE counters SET seq = seq + 1 WHERE uid = $1 RETURNING seq";
+
+/// Per uid, the last (value, mod_revision) any etcd caller saw: one-round-trip CAS whenever it
+/// is current.
+type EtcdView = Arc<std::sync::Mutex<std::collections::HashMap<u64, (u64, i64)>>>;
+
 pub enum Target {
-    /// The in-process floor server's channel (kept alive with the server task).
+    /// The floor's channel: one RPC per call. With the in-process server (no `--url`), the
+    /// server task lives as long as the runtime.
     Floor(Channel),
+    /// The SDK: seqsvr, or the floor server behind the same SDK.
     Seqsvr(Arc<SeqClient>),
-    Redis(redis::Client),
-    Postgres(String),
-    /// One channel per etcd member; clients are spread over them.
-    Etcd(Vec<Channel>),
+    /// One connection for every caller.
+    RedisShared(redis::aio::MultiplexedConnection),
+    /// A connection per caller, made by `handle`.
+    RedisPerCaller(redis::Client),
+    /// A fixed pool of connections shared by the callers (caller c uses `c % len`).
+    PostgresPool(Vec<Arc<PgConn>>),
+    /// A connection per caller, made by `handle` (`--pg-pool 0`).
+    PostgresPerCaller(String),
+    /// One channel per etcd member (callers spread over them) and the shared view of values.
+    Etcd(Vec<Channel>, EtcdView),
 }
 
 /// One client's connection.
@@ -56,51 +104,109 @@ pub enum Handle {
     Floor(SeqServiceClient<Channel>),
     Seqsvr(Arc<SeqClient>),
     Redis(redis::aio::MultiplexedConnection),
-    Postgres(tokio_postgres::Client, tokio_postgres::Statement),
-    /// Per client: the last (value, mod_revision) seen of each key, for one-round-trip CAS.
-    Etcd(KvClient<Channel>, std::collections::HashMap<u64, (u64, i64)>),
+    Postgres(Arc<PgConn>),
+    Etcd(KvClient<Channel>, EtcdView),
+}
+
+/// Reads the cluster file and takes this process's identity from it (`[tls]`: --tls-cert and
+/// --tls-key are required), as every seqsvr client tool does.
+fn use_identity(w: &Workload, whose: &str) -> anyhow::Result<ClusterConfig> {
+    let text = std::fs::read_to_string(&w.config)
+        .with_context(|| format!("reading {} ({whose})", w.config.display()))?;
+    let config = ClusterConfig::from_toml_str(&text)
+        .with_context(|| format!("in {}", w.config.display()))?;
+    let (cert, key) = (w.tls_cert.as_deref(), w.tls_key.as_deref());
+    seqsvr_client::tls::use_cluster_identity(config.tls.as_ref(), &w.config, cert, key)
+        .with_context(|| format!("the client identity for {}", w.config.display()))?;
+    Ok(config)
+}
+
+/// The SDK on `seeds`, with `--no-coalesce` and `--max-in-flight`.
+async fn sdk(w: &Workload, seeds: &[String]) -> anyhow::Result<Target> {
+    let options = SeqClientOptions {
+        coalesce: !w.no_coalesce,
+        max_in_flight: w.max_in_flight,
+        ..SeqClientOptions::default()
+    };
+    let client = SeqClient::connect_with(seeds, Duration::from_secs(30), options)
+        .await
+        .with_context(|| format!("no route table from {}", seeds.join(", ")))?;
+    Ok(Target::Seqsvr(Arc::new(client)))
+}
+
+/// A plaintext channel to an etcd member (never the process's seqsvr identity).
+fn etcd_channel(addr: &str) -> anyhow::Result<Channel> {
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .with_context(|| format!("bad etcd address {addr:?}"))?;
+    Ok(endpoint.tcp_nodelay(true).connect_timeout(Duration::from_secs(2)).connect_lazy())
+}
+
+async fn pg_connect(url: &str) -> anyhow::Result<PgConn> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .with_context(|| format!("connecting to PostgreSQL at {url:?}"))?;
+    tokio::spawn(connection);
+    let stmt = client
+        .prepare(PG_INCREMENT)
+        .await
+        .context("preparing the UPDATE (run `seqbench pg-setup` first)")?;
+    Ok(PgConn { client, stmt })
 }
 
 impl Target {
     pub async fn connect(w: &Workload) -> anyhow::Result<Target> {
         Ok(match w.target {
-            TargetKind::Floor => {
-                let addr = crate::floor::start(w.uids).await?;
-                Target::Floor(seqsvr_client::store::channel(&addr.to_string())?)
+            TargetKind::Floor | TargetKind::FloorCoalesced | TargetKind::FloorBatch => {
+                // The floor server (`seqbench floor-serve`) at --url, over the cluster file's
+                // TLS like seqsvr; without --url, a plaintext one inside this process.
+                let addr = if w.url.is_empty() {
+                    crate::floor::start(w.uids).await?.to_string()
+                } else {
+                    use_identity(w, "the floor server's cluster file: its [tls]")?;
+                    w.url.clone()
+                };
+                if w.target == TargetKind::Floor {
+                    Target::Floor(seqsvr_client::store::alloc_channel(&addr)?)
+                } else {
+                    sdk(w, &[addr]).await?
+                }
             }
             TargetKind::Seqsvr | TargetKind::SeqsvrBatch => {
-                let text = std::fs::read_to_string(&w.config)
-                    .with_context(|| format!("reading {}", w.config.display()))?;
-                let config = ClusterConfig::from_toml_str(&text)?;
-                let (cert, key) = (w.tls_cert.as_deref(), w.tls_key.as_deref());
-                seqsvr_client::tls::use_cluster_identity(
-                    config.tls.as_ref(),
-                    &w.config,
-                    cert,
-                    key,
-                )?;
+                let config = use_identity(w, "seqsvr's cluster file")?;
                 let seeds: Vec<String> =
                     config.sets.iter().flat_map(|s| s.allocs.clone()).collect();
                 anyhow::ensure!(!seeds.is_empty(), "{} lists no allocs", w.config.display());
-                let options = SeqClientOptions {
-                    coalesce: !w.no_coalesce,
-                    max_in_flight: w.max_in_flight,
-                    ..SeqClientOptions::default()
-                };
-                let client = SeqClient::connect_with(&seeds, Duration::from_secs(30), options);
-                Target::Seqsvr(Arc::new(client.await?))
+                sdk(w, &seeds).await?
             }
-            TargetKind::Redis => Target::Redis(redis::Client::open(w.url.as_str())?),
-            TargetKind::Postgres => Target::Postgres(w.url.clone()),
+            TargetKind::Redis => {
+                let client = redis::Client::open(w.url.as_str())
+                    .with_context(|| format!("--url {:?}: not a redis:// URL", w.url))?;
+                match w.redis_conn {
+                    RedisConn::Shared => Target::RedisShared(
+                        client
+                            .get_multiplexed_async_connection()
+                            .await
+                            .with_context(|| format!("connecting to Redis at {}", w.url))?,
+                    ),
+                    RedisConn::PerCaller => Target::RedisPerCaller(client),
+                }
+            }
+            TargetKind::Postgres if w.pg_pool == 0 => Target::PostgresPerCaller(w.url.clone()),
+            TargetKind::Postgres => {
+                let conns =
+                    futures::future::try_join_all((0..w.pg_pool).map(|_| pg_connect(&w.url)));
+                Target::PostgresPool(conns.await?.into_iter().map(Arc::new).collect())
+            }
             TargetKind::Etcd => {
                 let channels = w
                     .url
                     .split(',')
                     .filter(|a| !a.is_empty())
-                    .map(seqsvr_client::store::channel)
-                    .collect::<Result<Vec<_>, _>>()?;
+                    .map(etcd_channel)
+                    .collect::<anyhow::Result<Vec<_>>>()?;
                 anyhow::ensure!(!channels.is_empty(), "--url: comma-separated etcd host:port list");
-                Target::Etcd(channels)
+                let view = etcd_warm_view(channels[0].clone(), w.uids).await?;
+                Target::Etcd(channels, Arc::new(std::sync::Mutex::new(view)))
             }
         })
     }
@@ -113,26 +219,25 @@ impl Target {
         }
     }
 
+    /// Caller `client`'s handle (a connection of its own only for the per-caller modes).
     pub async fn handle(&self, client: usize) -> anyhow::Result<Handle> {
         Ok(match self {
-            Target::Floor(channel) => Handle::Floor(SeqServiceClient::new(channel.clone())),
-            Target::Seqsvr(client) => Handle::Seqsvr(client.clone()),
-            Target::Redis(client) => {
-                Handle::Redis(client.get_multiplexed_async_connection().await?)
-            }
-            Target::Postgres(url) => {
-                let (client, connection) =
-                    tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
-                tokio::spawn(connection);
-                let stmt = client
-                    .prepare("UPDATE counters SET seq = seq + 1 WHERE uid = $1 RETURNING seq")
-                    .await?;
-                Handle::Postgres(client, stmt)
-            }
-            Target::Etcd(channels) => Handle::Etcd(
-                KvClient::new(channels[client % channels.len()].clone()),
-                std::collections::HashMap::new(),
+            // The SDK's message size limits (`seq.rs::seq_client`).
+            Target::Floor(channel) => Handle::Floor(
+                SeqServiceClient::new(channel.clone())
+                    .max_encoding_message_size(seqsvr_proto::SEQ_REQUEST_MAX_BYTES)
+                    .max_decoding_message_size(seqsvr_proto::REPLY_MAX_BYTES),
             ),
+            Target::Seqsvr(client) => Handle::Seqsvr(client.clone()),
+            Target::RedisShared(conn) => Handle::Redis(conn.clone()),
+            Target::RedisPerCaller(client) => Handle::Redis(
+                client.get_multiplexed_async_connection().await.context("connecting to Redis")?,
+            ),
+            Target::PostgresPool(pool) => Handle::Postgres(pool[client % pool.len()].clone()),
+            Target::PostgresPerCaller(url) => Handle::Postgres(Arc::new(pg_connect(url).await?)),
+            Target::Etcd(channels, view) => {
+                Handle::Etcd(KvClient::new(channels[client % channels.len()].clone()), view.clone())
+            }
         })
     }
 }
@@ -156,21 +261,73 @@ impl Handle {
                     redis::cmd("INCR").arg(format!("seq:{}", uids[0])).query_async(conn).await?;
                 Ok(vec![v])
             }
-            Handle::Postgres(client, stmt) => {
-                let row = client.query_one(&*stmt, &[&(uids[0] as i64)]).await?;
-                let v: i64 = row.get(0);
+            Handle::Postgres(pg) => {
+                let row = pg.client.query_one(&pg.stmt, &[&(uids[0] as i64)]).await?;
+                let v: i64 = row.try_get(0)?;
                 Ok(vec![v as u64])
             }
-            Handle::Etcd(client, seen) => Ok(vec![etcd_increment(client, seen, uids[0]).await?]),
+            Handle::Etcd(client, view) => Ok(vec![etcd_increment(client, view, uids[0]).await?]),
+        }
+    }
+}
+
+/// Keys of the etcd counters: `seq/{uid}`.
+const ETCD_PREFIX: &[u8] = b"seq/";
+
+/// Remembers (value, mod_revision) for `uid` unless a newer one is known already.
+fn etcd_saw(view: &EtcdView, uid: u64, value: u64, mod_revision: i64) {
+    let mut view = view.lock().unwrap_or_else(|e| e.into_inner());
+    let e = view.entry(uid).or_insert((0, 0));
+    if mod_revision >= e.1 {
+        *e = (value, mod_revision);
+    }
+}
+
+/// The current value and mod_revision of every counter key (uid < `uids`), read in pages
+/// before the timed window: the CAS of a key's first call is then one round trip, as for a
+/// long-running application's warm cache.
+async fn etcd_warm_view(
+    channel: Channel,
+    uids: u64,
+) -> anyhow::Result<std::collections::HashMap<u64, (u64, i64)>> {
+    const PAGE: i64 = 10_000;
+    let mut client = KvClient::new(channel).max_decoding_message_size(64 << 20);
+    let mut view = std::collections::HashMap::new();
+    let mut end = ETCD_PREFIX.to_vec();
+    if let Some(last) = end.last_mut() {
+        *last += 1; // "seq0": every key under "seq/"
+    }
+    let mut from = ETCD_PREFIX.to_vec();
+    loop {
+        let request =
+            etcdpb::RangeRequest { key: from.clone(), range_end: end.clone(), limit: PAGE };
+        let page = client.range(request).await.context("etcd: reading the counters")?.into_inner();
+        for kv in &page.kvs {
+            let uid = std::str::from_utf8(&kv.key[ETCD_PREFIX.len()..])
+                .ok()
+                .and_then(|u| u.parse::<u64>().ok());
+            let value = std::str::from_utf8(&kv.value).ok().and_then(|v| v.parse::<u64>().ok());
+            if let (Some(uid), Some(value)) = (uid, value) {
+                if uid < uids {
+                    view.insert(uid, (value, kv.mod_revision));
+                }
+            }
+        }
+        match page.kvs.last() {
+            Some(kv) if page.more => {
+                from = kv.key.clone();
+                from.push(0); // the next key after it
+            }
+            _ => return Ok(view),
         }
     }
 }
 
 /// A per-uid counter on etcd: compare-and-swap on the key's mod_revision, retried with the
-/// fresh value on conflict (one round trip when this client's view is current).
+/// fresh value on conflict (one round trip when the shared view is current).
 async fn etcd_increment(
     client: &mut KvClient<Channel>,
-    seen: &mut std::collections::HashMap<u64, (u64, i64)>,
+    view: &EtcdView,
     uid: u64,
 ) -> anyhow::Result<u64> {
     use etcdpb::{
@@ -178,7 +335,8 @@ async fn etcd_increment(
     };
     let key = format!("seq/{uid}").into_bytes();
     for _ in 0..1000 {
-        let (value, mod_revision) = seen.get(&uid).copied().unwrap_or((0, 0));
+        let seen = view.lock().unwrap_or_else(|e| e.into_inner()).get(&uid).copied();
+        let (value, mod_revision) = seen.unwrap_or((0, 0));
         let next = value + 1;
         let txn = TxnRequest {
             compare: vec![Compare {
@@ -197,13 +355,14 @@ async fn etcd_increment(
                 request: Some(request_op::Request::RequestRange(RangeRequest {
                     key: key.clone(),
                     range_end: Vec::new(),
+                    limit: 0,
                 })),
             }],
         };
         let reply = client.txn(txn).await?.into_inner();
         if reply.succeeded {
             let revision = reply.header.map_or(0, |h| h.revision);
-            seen.insert(uid, (next, revision));
+            etcd_saw(view, uid, next, revision);
             return Ok(next);
         }
         // Someone else moved it: take the current value and try again.
@@ -213,11 +372,14 @@ async fn etcd_increment(
         });
         match kv {
             Some(kv) => {
-                let v: u64 = std::str::from_utf8(&kv.value)?.parse()?;
-                seen.insert(uid, (v, kv.mod_revision));
+                let v: u64 = std::str::from_utf8(&kv.value)
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .with_context(|| format!("etcd key seq/{uid} does not hold a number"))?;
+                etcd_saw(view, uid, v, kv.mod_revision);
             }
             None => {
-                seen.insert(uid, (0, 0));
+                view.lock().unwrap_or_else(|e| e.into_inner()).insert(uid, (0, 0));
             }
         }
     }
@@ -226,20 +388,24 @@ async fn etcd_increment(
 
 /// Creates `counters(uid bigint primary key, seq bigint)` with one row per uid.
 pub async fn pg_setup(url: &str, uids: u64) -> anyhow::Result<()> {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .with_context(|| format!("connecting to PostgreSQL at {url:?}"))?;
     tokio::spawn(connection);
     client
         .batch_execute(
             "DROP TABLE IF EXISTS counters;
              CREATE TABLE counters (uid bigint PRIMARY KEY, seq bigint NOT NULL);",
         )
-        .await?;
+        .await
+        .context("creating the counters table")?;
     client
         .execute(
             "INSERT INTO counters SELECT g, 0 FROM generate_series(0, $1::bigint - 1) AS g",
             &[&(uids as i64)],
         )
-        .await?;
+        .await
+        .context("filling the counters table")?;
     println!("counters: {uids} rows");
     Ok(())
 }
