@@ -174,7 +174,10 @@ impl SectionSeqs {
     #[inline]
     fn set(&mut self, index: usize, value: u64, size: usize, offset_limit: u32) {
         let off = value - self.base;
-        debug_assert!(teeth::NO_REBASE || off <= u64::from(offset_limit), "rebase first");
+        assert!(
+            teeth::NO_REBASE || off <= u64::from(offset_limit),
+            "rebase first: offset {off} above the limit {offset_limit}"
+        );
         let off = if teeth::NO_REBASE {
             // The bug the rebase prevents: the offset wraps (a truncating cast for u32::MAX).
             (off % (u64::from(offset_limit) + 1)) as u32
@@ -320,7 +323,7 @@ impl AllocTable {
         for run in &runs {
             let s = self.ready(run.section)?;
             for &uid in &uids[run.begin..run.end] {
-                let index = uid as usize % size;
+                let index = (uid % size as u64) as usize;
                 let (value, rebase) = s.next_of(index, offset_limit);
                 assert!(value <= s.limit(), "I2: {value} above committed max_seq {}", s.max_seq);
                 if rebase {
@@ -353,7 +356,7 @@ impl AllocTable {
                 continue;
             };
             for &uid in &uids[run.begin..run.end] {
-                let index = uid as usize % size;
+                let index = (uid % size as u64) as usize;
                 let (value, rebase) = s.next_of(index, offset_limit);
                 if value > s.limit() {
                     // Not served, so not rebased either: nothing changes but the want.
