@@ -103,7 +103,9 @@ pub struct IdSchemeConfig {
     pub seq_bits: Option<u32>,
     /// Worker ids each set leases out: set `s` owns `[s × n, (s + 1) × n)`, fixed by its set id
     /// so adding a set never moves another set's worker ids. Default: the scheme's worker ids
-    /// / 8 (set ids 0 to 7).
+    /// / 8 (set ids 0 to 7). Fixed for good once a worker id of the scheme was leased: each
+    /// set's store records its pool and cannot see the others', so a changed split could hand
+    /// one worker id to two sets (plan it for the most sets the scheme will ever serve).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers_per_set: Option<u64>,
 }
@@ -145,7 +147,10 @@ impl IdSchemeConfig {
             set.0.checked_mul(per_set).filter(|b| b + per_set <= total).ok_or_else(|| {
                 format!(
                 "set {set} has no worker ids: {} has {total} worker ids, {per_set} per set, so \
-                 set ids up to {} only; lower workers_per_set",
+                 set ids up to {} only. Do not change workers_per_set of a scheme whose worker \
+                 ids were ever leased: every set keeps the pool it recorded, and a new split \
+                 would give this set ids another set still issues. Serve more sets under a new \
+                 scheme name with the split planned for them (ids are unique per scheme name)",
                 layout.scheme(),
                 total / per_set - 1
             )

@@ -69,12 +69,13 @@ pub enum Command {
     /// the arbiter allows a change only once the lease before the last change is surely over
     /// (`Arbiter::lease_change`), which needs the last change to be the one it saw.
     SetLease { lease: LeaseConfig, after_change: u64 },
-    /// Lease a worker id of id scheme `scheme` to `alloc`: the one it holds already, else the
-    /// lowest free one in `[pool_begin, pool_end)` (the proposer's set's share). Free means no
-    /// holder: a holder is cleared only by `FreeWorkers`, which the arbiter proposes once that
-    /// holder's lease must be over.
+    /// Lease a worker id of id scheme `scheme` to `alloc`: the one it holds already, else a
+    /// free one in `[pool_begin, pool_end)` (the proposer's set's share): a never-used one
+    /// first (`StoreState::acquire_worker`). Free means no holder: a holder is cleared only by
+    /// `FreeWorkers`, which the arbiter proposes once that holder's lease must be over.
     /// `layout`: the AllocSvr's [`crate::idscheme::Layout::fingerprint`]; with the pool it
     /// must match what the scheme was first leased under (`ControlState::schemes`).
+    /// Proposed by builds before `AcquireWorkerAt`; still applied as they applied it.
     AcquireWorker {
         alloc: AllocId,
         scheme: String,
@@ -82,6 +83,20 @@ pub enum Command {
         pool_end: u64,
         #[serde(default)]
         layout: String,
+    },
+    /// `AcquireWorker` that reuses a free worker id whose high-water mark passed at least
+    /// [`WORKER_REUSE_AFTER_MS`] before `proposed_at_ms` (the proposing leader's wall clock,
+    /// Unix ms, in the entry so that every member chooses alike) before a never-used one. A
+    /// command of its own, not a field of `AcquireWorker`: a member of an older build would
+    /// ignore an unknown field and choose differently (diverging silently); an unknown command
+    /// stops it with a storage fault instead (README "Upgrading").
+    AcquireWorkerAt {
+        alloc: AllocId,
+        scheme: String,
+        pool_begin: u64,
+        pool_end: u64,
+        layout: String,
+        proposed_at_ms: u64,
     },
     /// Raise the high-water mark of `scheme`'s `worker` to at least `up_to_ms` (Unix ms), if
     /// `alloc` holds it: ids with times up to it may be issued from then on. Never lowers it.
@@ -97,6 +112,11 @@ pub enum Command {
     /// keeping its high-water mark, above which the next holder starts.
     FreeWorkers { alloc: AllocId },
 }
+
+/// `AcquireWorkerAt` reuses a free worker id only once its high-water mark is this far behind
+/// the leader's clock: a new holder whose clock runs behind the leader's by less starts without
+/// waiting for it (the wait would be the skew).
+pub const WORKER_REUSE_AFTER_MS: u64 = 10_000;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CodecError {
@@ -627,26 +647,19 @@ impl StoreState {
                 ApplyOutcome::control(Ok(Applied::LeaseChanged { lease_changes }))
             }
             Command::AcquireWorker { alloc, scheme, pool_begin, pool_end, layout } => {
-                let asked = SchemeRecord {
-                    layout: layout.clone(),
-                    pool_begin: *pool_begin,
-                    pool_end: *pool_end,
-                };
-                if let Some(recorded) = self.control.schemes.get(scheme) {
-                    if *recorded != asked {
-                        return ApplyOutcome::control(Err(Rejected::SchemeChanged {
-                            scheme: scheme.clone(),
-                            recorded: recorded.describe(),
-                            asked: asked.describe(),
-                        }));
-                    }
-                }
-                let leased = self.acquire_worker(*alloc, scheme, *pool_begin..*pool_end);
-                if leased.is_ok() {
-                    // Recorded with the first lease, in the same persisted change.
-                    self.control.schemes.entry(scheme.clone()).or_insert(asked);
-                }
-                ApplyOutcome::control(leased)
+                self.apply_acquire_worker(*alloc, scheme, *pool_begin..*pool_end, layout, None)
+            }
+            Command::AcquireWorkerAt {
+                alloc,
+                scheme,
+                pool_begin,
+                pool_end,
+                layout,
+                proposed_at_ms,
+            } => {
+                let reuse_marks_up_to = proposed_at_ms.saturating_sub(WORKER_REUSE_AFTER_MS);
+                let pool = *pool_begin..*pool_end;
+                self.apply_acquire_worker(*alloc, scheme, pool, layout, Some(reuse_marks_up_to))
             }
             Command::ReserveTime { alloc, scheme, worker, up_to_ms, layout } => {
                 if let Some(recorded) = self.control.schemes.get(scheme) {
@@ -697,11 +710,49 @@ impl StoreState {
         }
     }
 
+    /// `AcquireWorker` / `AcquireWorkerAt`: refused if the scheme was first leased under
+    /// another layout or pool; the scheme's record is written with its first lease only.
+    fn apply_acquire_worker(
+        &mut self,
+        alloc: AllocId,
+        scheme: &str,
+        pool: std::ops::Range<u64>,
+        layout: &str,
+        reuse_marks_up_to: Option<u64>,
+    ) -> ApplyOutcome {
+        let asked =
+            SchemeRecord { layout: layout.to_string(), pool_begin: pool.start, pool_end: pool.end };
+        if let Some(recorded) = self.control.schemes.get(scheme) {
+            if *recorded != asked {
+                return ApplyOutcome::control(Err(Rejected::SchemeChanged {
+                    scheme: scheme.to_string(),
+                    recorded: recorded.describe(),
+                    asked: asked.describe(),
+                }));
+            }
+        }
+        let leased = self.acquire_worker(alloc, scheme, pool, reuse_marks_up_to);
+        if leased.is_ok() {
+            // Recorded with the first lease, in the same persisted change.
+            self.control.schemes.entry(scheme.to_string()).or_insert(asked);
+        }
+        ApplyOutcome::control(leased)
+    }
+
+    /// Which free worker id a new holder gets. Its holder starts strictly above the id's
+    /// high-water mark, so a mark still in the future makes it wait for its clock, while every
+    /// never-used id adds a record that stays in the control state (rewritten with each of its
+    /// changes) for good. With `reuse_marks_up_to` (`AcquireWorkerAt`): a free id whose mark is
+    /// at most that (the lowest mark; ties: the lowest id), else a never-used one (the lowest),
+    /// else the free one with the lowest mark (one a clock far ahead pushed into the future is
+    /// taken last). Records then grow with the most ids held at once, not with every restart.
+    /// Without it (`AcquireWorker`, older builds): a never-used id first, as those builds chose.
     fn acquire_worker(
         &mut self,
         alloc: AllocId,
         scheme: &str,
         pool: std::ops::Range<u64>,
+        reuse_marks_up_to: Option<u64>,
     ) -> Result<Applied, Rejected> {
         if !self.control.is_current(alloc) {
             return Err(Rejected::UnknownAlloc(alloc));
@@ -717,10 +768,12 @@ impl StoreState {
         {
             return Ok(Applied::Worker { worker, high_water_ms: r.high_water_ms });
         }
-        // A never-used id (the lowest, found as the first gap in the records) if any is left,
-        // else the free one with the lowest high-water mark (ties: the lowest id): its next
-        // holder waits least for the clock, and one whose mark a clock far ahead pushed into
-        // the future is taken last.
+        let lowest_free = workers
+            .range(pool.clone())
+            .filter(|(_, r)| r.holder.is_none())
+            .min_by_key(|&(&w, r)| (r.high_water_ms, w))
+            .map(|(&w, r)| (w, r.high_water_ms));
+        // The lowest never-used id: the first gap in the records.
         let mut gap = pool.start;
         for &w in workers.range(pool.clone()).map(|(w, _)| w) {
             if w > gap {
@@ -728,14 +781,11 @@ impl StoreState {
             }
             gap = w + 1;
         }
-        let candidate = if gap < pool.end {
-            gap
-        } else {
-            let free = workers.range(pool.clone()).filter(|(_, r)| r.holder.is_none());
-            match free.min_by_key(|&(&w, r)| (r.high_water_ms, w)) {
-                Some((&w, _)) => w,
-                None => return Err(no_free()),
-            }
+        let candidate = match lowest_free {
+            Some((w, mark)) if reuse_marks_up_to.is_some_and(|up_to| mark <= up_to) => w,
+            _ if gap < pool.end => gap,
+            Some((w, _)) => w,
+            None => return Err(no_free()),
         };
         let record = workers.entry(candidate).or_default();
         assert!(record.holder.is_none(), "the chosen worker id is free");
@@ -877,6 +927,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// An `AcquireWorker` as older builds proposed it (no leader clock).
     fn acquire(
         state: &mut StoreState,
         alloc: AllocId,
@@ -888,6 +939,24 @@ mod tests {
             pool_begin: pool.start,
             pool_end: pool.end,
             layout: "L1".into(),
+        };
+        state.apply(&command).result
+    }
+
+    /// An `AcquireWorkerAt` proposed at `proposed_at_ms` on the leader's clock.
+    fn acquire_at(
+        state: &mut StoreState,
+        alloc: AllocId,
+        pool: std::ops::Range<u64>,
+        proposed_at_ms: u64,
+    ) -> Result<Applied, Rejected> {
+        let command = Command::AcquireWorkerAt {
+            alloc,
+            scheme: "snowflake".into(),
+            pool_begin: pool.start,
+            pool_end: pool.end,
+            layout: "L1".into(),
+            proposed_at_ms,
         };
         state.apply(&command).result
     }
@@ -996,6 +1065,78 @@ mod tests {
         acquire(&mut state, a, 0..4).unwrap();
         assert_eq!(format(&state), SNAPSHOT_FORMAT as u64);
         assert_eq!(StoreState::decode_snapshot(&state.encode_snapshot()).unwrap(), state);
+    }
+
+    /// `AcquireWorkerAt` (the leader's clock in the entry): a free id whose mark passed at
+    /// least `WORKER_REUSE_AFTER_MS` ago comes before a never-used one (records grow with the
+    /// ids held at once, not with every restart); one whose mark passed more recently does
+    /// not (its new holder would wait for any clock behind the leader's). `AcquireWorker`
+    /// (entries of older builds): never-used first, as those builds chose, so every member
+    /// replays an entry alike.
+    #[test]
+    fn a_free_worker_id_whose_mark_has_passed_is_reused_before_a_never_used_one() {
+        const W: u64 = WORKER_REUSE_AFTER_MS;
+        let mut state = StoreState::new();
+        let ids: Vec<AllocId> =
+            (0..6).map(|i| registered(&mut state, &format!("h{i}:1"))).collect();
+        assert_eq!(
+            acquire_at(&mut state, ids[0], 0..8, 1_000),
+            Ok(Applied::Worker { worker: 0, high_water_ms: 0 })
+        );
+        reserve(&mut state, ids[0], 0, 5_000).unwrap();
+        state.apply(&Command::FreeWorkers { alloc: ids[0] });
+        let before = state.clone();
+        assert_eq!(
+            acquire_at(&mut state, ids[1], 0..8, 5_000 + W - 1),
+            Ok(Applied::Worker { worker: 1, high_water_ms: 0 }),
+            "the mark passed less than the margin ago: a never-used id, no wait"
+        );
+        let mut replayed = before.clone();
+        assert_eq!(
+            acquire(&mut replayed, ids[1], 0..8),
+            Ok(Applied::Worker { worker: 1, high_water_ms: 0 }),
+            "an older build's entry: never-used first"
+        );
+        assert_eq!(
+            acquire_at(&mut state, ids[2], 0..8, 5_000 + W),
+            Ok(Applied::Worker { worker: 0, high_water_ms: 5_000 }),
+            "the mark has passed: reused, nothing new recorded"
+        );
+        assert_eq!(state.control().workers["snowflake"].len(), 2);
+        // Restarts one after another (each frees its id once its lease is over): two records.
+        let mut now = 10 * W;
+        let mut holder = ids[2];
+        for i in 0..100 {
+            let next = registered(&mut state, &format!("r{i}:1"));
+            state.apply(&Command::FreeWorkers { alloc: holder });
+            let Ok(Applied::Worker { worker, .. }) = acquire_at(&mut state, next, 0..8, now) else {
+                panic!("restart {i}: no worker id");
+            };
+            reserve(&mut state, next, worker, now + 3_000).unwrap();
+            holder = next;
+            now += W + 3_000;
+        }
+        assert_eq!(state.control().workers["snowflake"].len(), 2, "no record per restart");
+    }
+
+    /// The new choice travels as a command of its own: an older build cannot decode it (it
+    /// stops with a storage fault) instead of applying it as `AcquireWorker` and choosing
+    /// another worker id; entries of older builds still decode as `AcquireWorker`.
+    #[test]
+    fn acquire_worker_at_is_a_command_older_builds_cannot_mistake() {
+        let at = Command::AcquireWorkerAt {
+            alloc: AllocId(1),
+            scheme: "s".into(),
+            pool_begin: 0,
+            pool_end: 4,
+            layout: "L".into(),
+            proposed_at_ms: 7,
+        };
+        let json: serde_json::Value = serde_json::from_slice(&at.encode()).unwrap();
+        assert!(json.get("AcquireWorkerAt").is_some(), "{json}");
+        assert_eq!(Command::decode(&at.encode()).unwrap(), at);
+        let old = br#"{"AcquireWorker":{"alloc":1,"scheme":"s","pool_begin":0,"pool_end":4,"layout":"L"}}"#;
+        assert!(matches!(Command::decode(old), Ok(Command::AcquireWorker { .. })));
     }
 
     /// Never-used ids first (the lowest), then the free one with the lowest high-water mark;

@@ -273,7 +273,7 @@ pub enum Input {
     StepDown {
         reply: Reply<Option<NodeId>>,
     },
-    /// Lease a worker id of an id scheme (see `Command::AcquireWorker`).
+    /// Lease a worker id of an id scheme (see `Command::AcquireWorkerAt`).
     AcquireWorker {
         alloc: AllocId,
         scheme: String,

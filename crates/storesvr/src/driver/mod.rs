@@ -289,18 +289,26 @@ impl Driver {
                     let _ = reply.send(Err(e));
                     return;
                 }
-                let command = Command::AcquireWorker {
+                let command = Command::AcquireWorkerAt {
                     alloc,
                     scheme,
                     pool_begin: pool.start,
                     pool_end: pool.end,
                     layout,
+                    // Every member chooses the worker id by this clock (reuse one whose mark
+                    // has passed), not by its own.
+                    proposed_at_ms: seqsvr_server::clock::unix_ms_now(),
                 };
                 self.propose(command, ProposalReply::Worker(reply));
             }
             Input::ReserveTime { reservation, identity, reply } => {
                 let TimeReservation { alloc, scheme, worker, up_to_ms, layout } = reservation;
                 if let Err(e) = self.check_holder(alloc, identity.as_deref()) {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
+                // A follower redirects to the leader first: only the leader's clock judges.
+                if let Err(e) = self.check_can_serve(self.proposals.len(), PENDING_PROPOSALS_MAX) {
                     let _ = reply.send(Err(e));
                     return;
                 }
