@@ -46,6 +46,7 @@ const ALLOC_SERIES: &[&str] = &[
     "seqsvr_alloc_route_version",
     "seqsvr_alloc_sections_touched",
     "seqsvr_alloc_cur_seq_bytes",
+    "seqsvr_alloc_offset_rebases_total",
     "seqsvr_alloc_batch_uids_bucket",
 ];
 

@@ -94,6 +94,9 @@ pub struct AllocMetrics {
     pub sections_loading: Gauge,
     pub sections_touched: Gauge,
     pub cur_seq_bytes: Gauge,
+    /// Sections rebased (a uid's 32-bit `cur_seq` offset would have overflowed): every uid of
+    /// the section raised to its highest value served. Set from the table's running total.
+    pub offset_rebases: Counter,
     pub lease_remaining: Gauge,
     pub lease_valid: Gauge,
     pub route_version: Gauge,
@@ -137,6 +140,7 @@ impl AllocMetrics {
             sections_loading: gauge!("seqsvr_alloc_sections", "state" => "loading"),
             sections_touched: gauge!("seqsvr_alloc_sections_touched"),
             cur_seq_bytes: gauge!("seqsvr_alloc_cur_seq_bytes"),
+            offset_rebases: counter!("seqsvr_alloc_offset_rebases_total"),
             lease_remaining: gauge!("seqsvr_alloc_lease_remaining_seconds"),
             lease_valid: gauge!("seqsvr_alloc_lease_valid"),
             route_version: gauge!("seqsvr_alloc_route_version"),
@@ -241,6 +245,11 @@ fn describe() {
         "seqsvr_alloc_cur_seq_bytes",
         Unit::Bytes,
         "Bytes allocated for cur_seq arrays (zeroed lazily: untouched pages cost address space)."
+    );
+    describe_counter!(
+        "seqsvr_alloc_offset_rebases_total",
+        "Sections rebased because a uid's 32-bit cur_seq offset would overflow: every uid of the \
+         section jumps to its highest value served (a gap, never a value going back)."
     );
     describe_gauge!(
         "seqsvr_alloc_lease_remaining_seconds",

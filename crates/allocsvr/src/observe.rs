@@ -41,6 +41,7 @@ pub async fn observe(shared: Arc<Shared>, health: Health, mut stop: watch::Recei
         m.sections_loading.set(usage.sections_loading as f64);
         m.sections_touched.set(usage.sections_touched as f64);
         m.cur_seq_bytes.set(usage.cur_seq_bytes as f64);
+        m.offset_rebases.absolute(usage.rebases);
 
         if had_lease != Some(valid) && !stopping {
             match (had_lease, valid) {
