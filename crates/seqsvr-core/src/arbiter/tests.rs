@@ -1058,15 +1058,21 @@ fn a_new_leader_frees_no_worker_id_for_a_lease() {
     assert!(frees(&cmds, a), "never heard from since the leader started: {cmds:?}");
 }
 
+/// What [`ten_thousand_restarts`] saw.
+struct Restarts {
+    issued: u64,
+    waited: u64,
+    records: u64,
+    held: u64,
+}
+
 /// Worker-id reuse, 10,000 AllocSvr restarts in simulated time (each a kill -9: no release),
 /// restarting every quarter of a hold, with the wall clock of each incarnation set back by 0,
-/// 1 s or a minute: the pool of worker ids never runs out, no id is ever issued twice (each new
-/// holder starts above the worker id's persisted high-water mark), and the records stay few
-/// (ids whose mark has passed are reused before never-used ones: no record per restart).
-#[test]
-fn ten_thousand_restarts_never_exhaust_the_pool_nor_repeat_an_id() {
+/// 1 s or a minute; every id issued is checked: none twice, and each worker id's strictly
+/// increasing (each new holder starts above the worker id's persisted high-water mark). Panics
+/// if the pool runs out.
+fn ten_thousand_restarts(pool: u64) -> Restarts {
     use crate::idscheme::{issued_fields, LayoutSpec, Next, Scheme};
-    const POOL: u64 = 1024;
     let layout = LayoutSpec::of(Scheme::Snowflake).load(1_796_000_000_000).unwrap();
     let wall_base = 1_796_000_000_000u64;
     let mut state = state_with_lease(LEASE);
@@ -1089,7 +1095,7 @@ fn ten_thousand_restarts_never_exhaust_the_pool_nor_repeat_an_id() {
             alloc,
             scheme: "s".into(),
             pool_begin: 0,
-            pool_end: POOL,
+            pool_end: pool,
             layout: layout.fingerprint(),
             proposed_at_ms: wall_base + now,
         };
@@ -1140,18 +1146,39 @@ fn ten_thousand_restarts_never_exhaust_the_pool_nor_repeat_an_id() {
             apply_all(&mut state, &mut arb, cmds, now);
         }
     }
-    assert!(issued > 100_000, "{issued} ids issued");
-    assert!(waited > 100, "some incarnations found the clock behind the mark: {waited}");
-    // Records: the ids held at once, plus those freed whose mark has not yet passed by the
-    // reuse margin (marks run up to 3 s ahead; a holder is freed a hold after it died): a
-    // bound of the restart rate, not of the restarts (the pool has 1,024).
-    let bound = (crate::store::WORKER_REUSE_AFTER_MS + 3_000 + HOLD) / (HOLD / 4) + 6;
     let records = &state.control().workers["s"];
+    Restarts {
+        issued,
+        waited,
+        records: records.len() as u64,
+        held: records.values().filter(|r| r.holder.is_some()).count() as u64,
+    }
+}
+
+/// A pool of 8 ids recycled every few restarts: never runs out, no id repeats, and incarnations
+/// whose clock was set back find marks ahead of it (they wait, and issue nothing below them).
+#[test]
+fn ten_thousand_restarts_never_exhaust_the_pool_nor_repeat_an_id() {
+    let r = ten_thousand_restarts(8);
+    assert!(r.issued > 100_000, "{} ids issued", r.issued);
+    assert!(r.waited > 100, "some incarnations found the clock behind the mark: {}", r.waited);
+    assert!(r.records <= 8 && r.held <= 6, "{} records, {} held", r.records, r.held);
+}
+
+/// A large pool (4,096): ids whose mark passed the reuse margin are reused before never-used
+/// ones, so the records stay a bound of the restart rate, not of the restarts (without it,
+/// 4,096: every restart took a never-used id).
+#[test]
+fn worker_id_records_grow_with_the_restart_rate_not_the_restarts() {
+    let r = ten_thousand_restarts(4096);
+    // The ids held at once, plus those freed whose mark has not yet passed by the reuse margin
+    // (marks run up to 3 s ahead; a holder is freed a hold after it died).
+    let bound = (crate::store::WORKER_REUSE_AFTER_MS + 3_000 + HOLD) / (HOLD / 4) + 6;
+    assert!(r.issued > 100_000, "{} ids issued", r.issued);
     assert!(
-        records.len() as u64 <= bound
-            && records.values().filter(|r| r.holder.is_some()).count() <= 6,
+        r.records <= bound && r.held <= 6,
         "{} records (bound {bound}), {} held",
-        records.len(),
-        records.values().filter(|r| r.holder.is_some()).count()
+        r.records,
+        r.held
     );
 }
