@@ -698,4 +698,184 @@ mod tests {
             assert_eq!(w.await.unwrap().unwrap_err().code(), tonic::Code::Unavailable);
         }
     }
+    // ---- The profiling harness of docs/benchmarks/profile.md ----
+
+    fn env_or(name: &str, default: u64) -> u64 {
+        std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    }
+
+    /// User + system CPU time (µs) of this process's threads whose name starts with `prefix`
+    /// (from /proc, in clock ticks of 10 ms).
+    fn cpu_us_of_threads(prefix: &str) -> u64 {
+        let mut total = 0;
+        for task in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+            let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else { continue };
+            let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+            if !stat[open + 1..close].starts_with(prefix) {
+                continue;
+            }
+            let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
+            let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+            total += (ticks(11) + ticks(12)) * 10_000;
+        }
+        total
+    }
+
+    /// Not a test: the profiling harness of `docs/benchmarks/profile.md` (run it with
+    /// `--ignored --nocapture`). Serves this `SeqService` (one AllocSvr that owns every section
+    /// of uids `[0, 10^7)`, with a `max_seq` far away, so no store is involved) on loopback and
+    /// drives it through the SDK: `SEQSVR_PROFILE_CALLERS` (64) callers calling `next` on
+    /// uniform uids of `[0, SEQSVR_PROFILE_UIDS)` (100,000: `seqbench --uids 100000`, all in
+    /// section 0) for `SEQSVR_PROFILE_SECS` (10) seconds, the SDK and the server each on a
+    /// runtime of 2 threads of its own ("prof-sdk", "prof-srv": a profiler tells them apart).
+    /// Prints calls/s and the CPU time per call of each side. `SEQSVR_PROFILE_IN_FLIGHT`: the
+    /// SDK's `max_in_flight` (its default without it). With `SEQSVR_PROFILE_CLUSTER`
+    /// naming a cluster file with `[tls]` (`data/local/cluster.toml` of the dev cluster), both
+    /// ends speak mutual TLS as in the cluster: the server with `certs/alloc-0-1.*` and the
+    /// role check, the SDK with `certs/client.*`.
+    #[test]
+    #[ignore]
+    fn profile_the_sdk_against_the_serve_path() {
+        use seqsvr_server::tls::ServeExt as _;
+        let (callers, secs) =
+            (env_or("SEQSVR_PROFILE_CALLERS", 64), env_or("SEQSVR_PROFILE_SECS", 10));
+        let (sections, section_size) = (100u64, 100_000u64);
+        let cluster = std::env::var_os("SEQSVR_PROFILE_CLUSTER").map(std::path::PathBuf::from);
+        let tls = cluster.as_ref().map(|file| {
+            let text = std::fs::read_to_string(file).expect("the cluster file");
+            let config = seqsvr_core::config::ClusterConfig::from_toml_str(&text).expect("parses");
+            let tls = config.tls.expect("a [tls] section");
+            let certs = file.parent().expect("a directory").join("certs");
+            seqsvr_client::tls::use_cluster_identity(
+                Some(&tls),
+                file,
+                Some(&certs.join("client.pem")),
+                Some(&certs.join("client.key")),
+            )
+            .expect("the client identity");
+            seqsvr_server::tls::TlsSetup::from_cluster(
+                Some(&tls),
+                file,
+                Some(&certs.join("alloc-0-1.pem")),
+                Some(&certs.join("alloc-0-1.key")),
+                seqsvr_server::tls::ServerKind::AllocSvr,
+                false,
+            )
+            .expect("the server setup")
+            .expect("TLS")
+        });
+        let runtime = |name: &str| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name(name)
+                .enable_all()
+                .build()
+                .expect("a runtime")
+        };
+        let (srv, sdk) = (runtime("prof-srv"), runtime("prof-sdk"));
+        let listener = srv.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).expect("a port");
+        let addr = listener.local_addr().expect("an address").to_string();
+        let mut config = AllocConfig::for_tests();
+        (config.uid_end, config.section_size) = (sections * section_size, section_size);
+        let shared = srv.block_on(async { crate::lease::Shared::new(config) }).expect("shared");
+        {
+            let mut inner = shared.lock();
+            inner.alloc_id = Some(AllocId(1));
+            inner.extend_lease(BootInstant::now() + Duration::from_secs(3600));
+            let run = SectionRange::new(SectionId(0), SectionId(sections)).expect("a range");
+            inner.table.grant(&[(run, LeaseEpoch(1))]);
+            inner.table.loaded(run, LeaseEpoch(1), &BTreeMap::new());
+            for s in 0..sections {
+                inner.table.advanced(SectionId(s), LeaseEpoch(1), Some(1 << 40));
+            }
+            inner.route = pb::RouteTable {
+                set_id: 1,
+                version: 1,
+                uid_begin: 0,
+                uid_end: sections * section_size,
+                section_size,
+                entries: vec![pb::RouteEntry {
+                    section_begin: 0,
+                    section_end: sections,
+                    alloc_id: 1,
+                    addr: addr.clone(),
+                }],
+            };
+        }
+        let served = shared.clone();
+        srv.spawn(async move {
+            seqsvr_server::grpc::ConnectionLimits::SERVER
+                .apply(tonic::transport::Server::builder())
+                .tcp_nodelay(true)
+                .layer(seqsvr_server::tls::auth_layer(tls.as_ref()))
+                .add_service(crate::seq_service(served))
+                .serve_maybe_tls(listener, tls.as_ref(), std::future::pending())
+                .await
+        });
+        let uids = env_or("SEQSVR_PROFILE_UIDS", 100_000).clamp(1, sections * section_size);
+        let (calls, took, rpcs) = sdk.block_on(async move {
+            let options = seqsvr_client::seq::SeqClientOptions {
+                max_in_flight: env_or("SEQSVR_PROFILE_IN_FLIGHT", 0) as usize,
+                ..Default::default()
+            };
+            let options = match options.max_in_flight {
+                0 => seqsvr_client::seq::SeqClientOptions::default(),
+                _ => options,
+            };
+            let client = seqsvr_client::seq::SeqClient::connect_with(
+                &[addr],
+                Duration::from_secs(10),
+                options,
+            )
+            .await
+            .expect("connected");
+            let client = Arc::new(client);
+            // Warm up (connection, first touch of the sections), then the timed window.
+            for uid in (0..uids).step_by(section_size as usize) {
+                client.next(uid, Duration::from_secs(5)).await.expect("a value");
+            }
+            let before = (cpu_us_of_threads("prof-sdk"), cpu_us_of_threads("prof-srv"));
+            let (started, rpcs_before) = (std::time::Instant::now(), client.coalesced_rpcs());
+            let until = started + Duration::from_secs(secs);
+            let tasks: Vec<_> = (0..callers)
+                .map(|c| {
+                    let client = client.clone();
+                    tokio::spawn(async move {
+                        let (mut x, mut n) = (0x9E37_79B9_7F4A_7C15u64 ^ (c + 1), 0u64);
+                        while std::time::Instant::now() < until {
+                            for _ in 0..16 {
+                                x ^= x << 13;
+                                x ^= x >> 7;
+                                x ^= x << 17;
+                                client
+                                    .next(x % uids, Duration::from_secs(5))
+                                    .await
+                                    .expect("a value");
+                                n += 1;
+                            }
+                        }
+                        n
+                    })
+                })
+                .collect();
+            let mut calls = 0;
+            for t in tasks {
+                calls += t.await.expect("a caller");
+            }
+            let took = started.elapsed();
+            let after = (cpu_us_of_threads("prof-sdk"), cpu_us_of_threads("prof-srv"));
+            (calls, took, (client.coalesced_rpcs() - rpcs_before, before, after))
+        });
+        let (rpcs, before, after) = rpcs;
+        let per_call = |b: u64, a: u64| (a - b) as f64 / calls as f64;
+        println!(
+            "PROFILE tls={} callers={callers} calls={calls} calls/s={:.0} calls/rpc={:.1} \
+             sdk_cpu_us/call={:.2} srv_cpu_us/call={:.2}",
+            cluster.is_some(),
+            calls as f64 / took.as_secs_f64(),
+            calls as f64 / rpcs.max(1) as f64,
+            per_call(before.0, after.0),
+            per_call(before.1, after.1),
+        );
+    }
 }

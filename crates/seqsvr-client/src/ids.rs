@@ -577,10 +577,21 @@ struct CacheState {
     paused: bool,
     /// The failure of the last refill (None once a refill succeeds).
     last_failure: Option<Status>,
+    /// A take woke the refill task since it last looked at the buffer: the takes after it need
+    /// not wake it again (one wake, not one per take below half).
+    refill_asked: bool,
     stats: CachedIdsStats,
 }
 
 impl CacheState {
+    /// Wakes the refill task, unless a take did since it last looked.
+    fn ask_refill(&mut self, wake_task: &Notify) {
+        if !self.refill_asked {
+            self.refill_asked = true;
+            wake_task.notify_one();
+        }
+    }
+
     /// Buffers an answer after checking it (see [`CachedIds`]); Err: refused, nothing buffered.
     fn accept(&mut self, answer: Ids, asked: u32, capacity: usize) -> Result<(), Status> {
         let refuse = |why: String| {
@@ -669,6 +680,10 @@ impl CachedIds {
     /// once the deadline passed, the last refill's retryable error (UNAVAILABLE, ...) or
     /// DEADLINE_EXCEEDED.
     pub async fn next(&self, deadline: Duration) -> Result<Id, Status> {
+        // The common case: a buffered id, one lock, no clock reading.
+        if let Some(id) = self.try_next() {
+            return Ok(id);
+        }
         let until = Instant::now() + deadline;
         loop {
             // Registered before the state is looked at, so a change in between is not missed.
@@ -723,7 +738,7 @@ impl CachedIds {
             state.stats.handed_out += 1;
         }
         if state.buf.len() <= self.shared.low_water {
-            self.shared.wake_task.notify_one();
+            state.ask_refill(&self.shared.wake_task);
         }
         id
     }
@@ -754,7 +769,8 @@ async fn refill<S: IdSource>(shared: Arc<Shared>, source: S, fetch_deadline: Dur
         loop {
             let woken = shared.wake_task.notified();
             {
-                let state = shared.lock();
+                let mut state = shared.lock();
+                state.refill_asked = false;
                 if state.buf.len() <= shared.low_water && !state.paused {
                     break;
                 }

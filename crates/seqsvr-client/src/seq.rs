@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::sync::{Mutex, RwLock};
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
@@ -68,14 +68,11 @@ impl Default for SeqClientOptions {
 pub struct SeqClient {
     seeds: Vec<String>,
     options: SeqClientOptions,
-    /// One route table per known set.
-    tables: RwLock<Vec<pb::RouteTable>>,
-    /// Per AllocSvr address: its channel, and the generation of the process's TLS identity it
-    /// was built under (`tls::generation`: a rotated certificate gets new channels and
-    /// coalescing tasks; calls already on the old ones finish there).
-    channels: Mutex<HashMap<String, (Channel, u64)>>,
-    /// Per AllocSvr address: the queue of its coalescing task, and its channel's generation.
-    coalescers: Mutex<HashMap<String, (mpsc::Sender<Pending>, u64)>>,
+    /// One route table per known set, each entry resolved to its AllocSvr's [`Peer`].
+    routes: RwLock<Routes>,
+    /// Every AllocSvr met so far (in a table or as a seed), by address: looked up when a table
+    /// is installed or an address is asked directly, never on a call's path.
+    peers: Mutex<HashMap<String, Arc<Peer>>>,
     /// Coalesced RPCs sent (for tests and metrics: calls ÷ RPCs is the coalescing factor).
     coalesced_rpcs: Arc<std::sync::atomic::AtomicU64>,
     counters: Counters,
@@ -99,6 +96,31 @@ pub struct ClientStats {
     pub route_tables_installed: u64,
     /// RPCs that carried coalesced `next` calls.
     pub coalesced_rpcs: u64,
+}
+
+/// The route tables and, for each entry of each, the AllocSvr it names (so a call finds its
+/// AllocSvr's channel and coalescing queue from one look, without hashing an address).
+#[derive(Default)]
+struct Routes {
+    tables: Vec<pb::RouteTable>,
+    /// `peers[t][e]`: the AllocSvr of `tables[t].entries[e]`.
+    peers: Vec<Vec<Arc<Peer>>>,
+}
+
+/// One AllocSvr as this client talks to it.
+struct Peer {
+    addr: String,
+    /// Its channel and coalescing queue, built under one generation of the process's TLS
+    /// identity (`tls::generation`: a rotated certificate gets a new channel and coalescing
+    /// task on the next call; calls already on the old ones finish there).
+    conn: Mutex<Option<Conn>>,
+}
+
+struct Conn {
+    generation: u64,
+    channel: Channel,
+    /// The queue of its coalescing task, started on first use; it ends with the `Conn`.
+    queue: Option<mpsc::Sender<Pending>>,
 }
 
 #[derive(Default)]
@@ -141,15 +163,24 @@ pub fn route_table_of(status: &Status) -> Option<pb::RouteTable> {
 }
 
 fn owner_entry(table: &pb::RouteTable, uid: u64) -> Option<&pb::RouteEntry> {
+    owner_index(table, uid).map(|i| &table.entries[i])
+}
+
+/// The index of [`owner_entry`] in `table.entries`.
+fn owner_index(table: &pb::RouteTable, uid: u64) -> Option<usize> {
     let section = uid / table.section_size.max(1);
     // Entries come sorted by section; a table that is not falls back to a scan.
     let i = table.entries.partition_point(|e| e.section_end <= section);
-    let hit = |e: &&pb::RouteEntry| e.section_begin <= section && section < e.section_end;
-    table.entries.get(i).filter(hit).or_else(|| table.entries.iter().find(hit))
+    let hit = |e: &pb::RouteEntry| e.section_begin <= section && section < e.section_end;
+    match table.entries.get(i) {
+        Some(e) if hit(e) => Some(i),
+        _ => table.entries.iter().position(hit),
+    }
 }
 
-/// One AllocSvr's coalescing task: takes the first waiting call, waits for an in-flight slot
-/// (calls pile up meanwhile), then sends everything waiting as one RPC.
+/// One AllocSvr's coalescing task: once an in-flight slot is free, takes every call waiting (up
+/// to `max_coalesced`) and sends them as one RPC; calls pile up in the queue meanwhile. The RPCs
+/// in flight are driven here (no task per RPC); they finish even after the queue closed.
 async fn coalesce(
     client: SeqServiceClient<Channel>,
     addr: String,
@@ -157,9 +188,20 @@ async fn coalesce(
     options: SeqClientOptions,
     rpcs: Arc<std::sync::atomic::AtomicU64>,
 ) {
-    let slots = Arc::new(Semaphore::new(options.max_in_flight));
-    while let Some(first) = queue.recv().await {
-        let Ok(slot) = slots.clone().acquire_owned().await else { return };
+    use futures::StreamExt as _;
+    let addr: Arc<str> = addr.into();
+    let mut in_flight = futures::stream::FuturesUnordered::new();
+    loop {
+        if in_flight.len() >= options.max_in_flight {
+            in_flight.next().await;
+            continue;
+        }
+        let first = tokio::select! {
+            biased;
+            Some(()) = in_flight.next(), if !in_flight.is_empty() => continue,
+            first = queue.recv() => first,
+        };
+        let Some(first) = first else { break };
         let mut batch = vec![first];
         while batch.len() < options.max_coalesced {
             match queue.try_recv() {
@@ -172,17 +214,18 @@ async fn coalesce(
             continue;
         }
         rpcs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (client, addr) = (client.clone(), addr.clone());
-        tokio::spawn(async move {
-            send_coalesced(client, &addr, batch).await;
-            drop(slot);
-        });
+        in_flight.push(send_coalesced(client.clone(), addr.clone(), batch));
     }
+    while in_flight.next().await.is_some() {}
 }
 
 /// Sends one coalesced RPC and hands each caller its answer (the route table, if any, to the
 /// first: installing it once is enough).
-async fn send_coalesced(mut client: SeqServiceClient<Channel>, addr: &str, batch: Vec<Pending>) {
+async fn send_coalesced(
+    mut client: SeqServiceClient<Channel>,
+    addr: Arc<str>,
+    batch: Vec<Pending>,
+) {
     let until = batch.iter().map(|p| p.until).max().unwrap_or_else(Instant::now);
     let timeout = until.saturating_duration_since(Instant::now()).min(ATTEMPT_TIMEOUT_MAX);
     let route_version = batch.iter().map(|p| p.route_version).min().unwrap_or(0);
@@ -247,9 +290,8 @@ impl SeqClient {
         let client = SeqClient {
             seeds: seeds.to_vec(),
             options,
-            tables: RwLock::new(Vec::new()),
-            channels: Mutex::new(HashMap::new()),
-            coalescers: Mutex::new(HashMap::new()),
+            routes: RwLock::new(Routes::default()),
+            peers: Mutex::new(HashMap::new()),
             coalesced_rpcs: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             counters: Counters::default(),
         };
@@ -257,7 +299,7 @@ impl SeqClient {
         let mut backoff = RetryPolicy::STANDARD.backoff();
         loop {
             let errors = client.refresh_from(&client.seeds, until).await;
-            if !client.tables.read().unwrap_or_else(|e| e.into_inner()).is_empty() {
+            if !client.routes().tables.is_empty() {
                 return Ok(client);
             }
             if !backoff.wait(until).await {
@@ -285,35 +327,51 @@ impl SeqClient {
 
     /// The route tables known now, one per set.
     pub fn route_tables(&self) -> Vec<pb::RouteTable> {
-        self.tables.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.routes().tables.clone()
+    }
+
+    fn routes(&self) -> std::sync::RwLockReadGuard<'_, Routes> {
+        self.routes.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The AllocSvr at `addr` (the same one for every table and call that names it).
+    fn peer(&self, addr: &str) -> Arc<Peer> {
+        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = peers.get(addr) {
+            return p.clone();
+        }
+        let p = Arc::new(Peer { addr: addr.to_string(), conn: Mutex::new(None) });
+        peers.insert(addr.to_string(), p.clone());
+        p
     }
 
     fn channel(&self, addr: &str) -> Result<Channel, Status> {
-        let generation = crate::tls::generation();
-        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((c, _)) = channels.get(addr).filter(|(_, g)| *g == generation) {
-            return Ok(c.clone());
-        }
-        let c = crate::store::channel_on(addr, crate::tls::Plane::Client)?;
-        channels.insert(addr.to_string(), (c.clone(), generation));
-        Ok(c)
+        self.peer(addr).channel()
     }
 
     /// Keeps `table` if it is newer than what we have for its set: a table never goes back.
     fn install(&self, table: pb::RouteTable) {
-        let mut tables = self.tables.write().unwrap_or_else(|e| e.into_inner());
-        match tables.iter_mut().find(|t| t.set_id == table.set_id) {
-            Some(t) if t.version >= table.version => {}
-            Some(t) => {
-                *t = table;
-                bump(&self.counters.route_tables_installed);
-            }
-            None => {
-                tables.push(table);
-                tables.sort_by_key(|t| t.uid_begin);
-                bump(&self.counters.route_tables_installed);
-            }
+        let mut routes = self.routes.write().unwrap_or_else(|e| e.into_inner());
+        let Routes { tables, peers } = &mut *routes;
+        let at = match tables.iter().position(|t| t.set_id == table.set_id) {
+            Some(i) if tables[i].version >= table.version => return,
+            Some(i) => i,
+            None => tables.len(),
+        };
+        let resolved: Vec<Arc<Peer>> = table.entries.iter().map(|e| self.peer(&e.addr)).collect();
+        if at == tables.len() {
+            tables.push(table);
+            peers.push(resolved);
+            // Sorted by uid range, the peers in step with their tables.
+            let mut both: Vec<_> =
+                std::mem::take(tables).into_iter().zip(std::mem::take(peers)).collect();
+            both.sort_by_key(|(t, _)| t.uid_begin);
+            (*tables, *peers) = both.into_iter().unzip();
+        } else {
+            tables[at] = table;
+            peers[at] = resolved;
         }
+        bump(&self.counters.route_tables_installed);
     }
 
     /// Asks each address for its route table; returns the errors of those that failed.
@@ -384,17 +442,18 @@ impl SeqClient {
     }
 
     fn table_for(&self, uid: u64) -> Option<pb::RouteTable> {
-        let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
-        tables.iter().find(|t| t.uid_begin <= uid && uid < t.uid_end).cloned()
+        self.routes().tables.iter().find(|t| t.uid_begin <= uid && uid < t.uid_end).cloned()
     }
 
     /// Where `uid` is served and the route version we hold for its set, from one look at the
-    /// tables (every call goes through here: no table is copied). None: no set's table has it.
-    fn route_of(&self, uid: u64) -> Option<Result<(String, u64), Status>> {
-        let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
-        let table = tables.iter().find(|t| t.uid_begin <= uid && uid < t.uid_end)?;
-        Some(match owner_entry(table, uid) {
-            Some(e) => Ok((e.addr.clone(), table.version)),
+    /// tables (every call goes through here: no table or address is copied). None: no set's
+    /// table has it.
+    fn route_of(&self, uid: u64) -> Option<Result<(Arc<Peer>, u64), Status>> {
+        let routes = self.routes();
+        let t = routes.tables.iter().position(|t| t.uid_begin <= uid && uid < t.uid_end)?;
+        let table = &routes.tables[t];
+        Some(match owner_index(table, uid) {
+            Some(e) => Ok((routes.peers[t][e].clone(), table.version)),
             None => Err(Status::unavailable(format!(
                 "no AllocSvr serves uid {uid}'s section yet (route table v{} of set {})",
                 table.version, table.set_id
@@ -403,7 +462,7 @@ impl SeqClient {
     }
 
     /// `route_of`, learning the tables from the seeds first if no table has `uid`.
-    async fn locate(&self, uid: u64, until: Instant) -> Result<(String, u64), Status> {
+    async fn locate(&self, uid: u64, until: Instant) -> Result<(Arc<Peer>, u64), Status> {
         if let Some(route) = self.route_of(uid) {
             return route;
         }
@@ -421,10 +480,10 @@ impl SeqClient {
         })
     }
 
-    /// The retry loop shared by every call: `attempt(client, addr, route_version, timeout)`.
+    /// The retry loop shared by every call: `attempt(allocsvr, route_version, until)`.
     async fn call<T, F, Fut>(&self, uid: u64, deadline: Duration, attempt: F) -> Result<T, Status>
     where
-        F: Fn(SeqServiceClient<Channel>, String, u64, Duration) -> Fut,
+        F: Fn(Arc<Peer>, u64, Instant) -> Fut,
         Fut: Future<Output = Result<(T, Option<pb::RouteTable>), Status>>,
     {
         bump(&self.counters.calls);
@@ -442,7 +501,7 @@ impl SeqClient {
         attempt: F,
     ) -> Result<T, Status>
     where
-        F: Fn(SeqServiceClient<Channel>, String, u64, Duration) -> Fut,
+        F: Fn(Arc<Peer>, u64, Instant) -> Fut,
         Fut: Future<Output = Result<(T, Option<pb::RouteTable>), Status>>,
     {
         let until = Instant::now() + deadline;
@@ -451,22 +510,23 @@ impl SeqClient {
             let status = match self.locate(uid, until).await {
                 Err(s) if s.code() == Code::InvalidArgument => return Err(s),
                 Err(s) => s,
-                Ok((addr, version)) => {
-                    let left = until.saturating_duration_since(Instant::now());
+                Ok((peer, version)) => {
+                    let now = Instant::now();
+                    let left = until.saturating_duration_since(now);
                     if left.is_zero() {
                         return Err(Status::deadline_exceeded("deadline passed"));
                     }
                     let timeout = left.min(ATTEMPT_TIMEOUT_MAX);
-                    let client = seq_client(self.channel(&addr)?);
                     let result = match tokio::time::timeout(
                         timeout,
-                        attempt(client, addr.clone(), version, timeout),
+                        attempt(peer.clone(), version, now + timeout),
                     )
                     .await
                     {
                         Ok(r) => r,
                         Err(_) => Err(Status::unavailable(format!(
-                            "{addr} did not answer in {timeout:?}"
+                            "{} did not answer in {timeout:?}",
+                            peer.addr
                         ))),
                     };
                     match result {
@@ -504,10 +564,9 @@ impl SeqClient {
 
     /// The next sequence of `uid`.
     pub async fn next(&self, uid: u64, deadline: Duration) -> Result<u64, Status> {
-        self.call(uid, deadline, |mut client, addr, route_version, timeout| async move {
-            let started = Instant::now();
+        self.call(uid, deadline, |peer, route_version, until| async move {
             if self.options.coalesce {
-                match self.next_coalesced(&addr, uid, route_version, started + timeout).await {
+                match self.next_coalesced(&peer, uid, route_version, until).await {
                     Ok((seq, table)) if seq > 0 => return Ok((seq, table)),
                     // Not servable at once (hand-over, waiting for an advance): ask alone, and
                     // let the AllocSvr wait for it.
@@ -521,10 +580,10 @@ impl SeqClient {
                     Err(s) => return Err(s),
                 }
             }
-            let left = timeout.saturating_sub(started.elapsed());
+            let left = until.saturating_duration_since(Instant::now());
             let mut req = tonic::Request::new(pb::NextRequest { uid, route_version });
             req.set_timeout(left);
-            let r = client.next(req).await?.into_inner();
+            let r = seq_client(peer.channel()?).next(req).await?.into_inner();
             Ok((r.seq, r.route_table))
         })
         .await
@@ -535,16 +594,17 @@ impl SeqClient {
         self.coalesced_rpcs.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Queues `uid` for the next coalesced RPC to `addr`; 0 = not served at once.
+    /// Queues `uid` for the next coalesced RPC to `peer`; 0 = not served at once.
     async fn next_coalesced(
         &self,
-        addr: &str,
+        peer: &Peer,
         uid: u64,
         route_version: u64,
         until: Instant,
     ) -> Served {
+        let addr = &peer.addr;
         let (reply, answer) = oneshot::channel();
-        let queued = self.coalescer(addr)?.try_send(Pending { uid, route_version, until, reply });
+        let queued = self.queue(peer, Pending { uid, route_version, until, reply })?;
         match queued {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => {
@@ -564,33 +624,38 @@ impl SeqClient {
             .unwrap_or_else(|_| Err(Status::unavailable(format!("no answer from {addr}'s batch"))))
     }
 
-    /// The queue of `addr`'s coalescing task, started on first use; it ends with the client.
-    fn coalescer(&self, addr: &str) -> Result<mpsc::Sender<Pending>, Status> {
-        let generation = crate::tls::generation();
-        let mut coalescers = self.coalescers.lock().unwrap_or_else(|e| e.into_inner());
-        let current = |(tx, g): &&(mpsc::Sender<Pending>, u64)| !tx.is_closed() && *g == generation;
-        if let Some((tx, _)) = coalescers.get(addr).filter(current) {
-            return Ok(tx.clone());
-        }
-        let (tx, rx) = mpsc::channel(self.options.max_queued);
-        let client = seq_client(self.channel(addr)?);
-        tokio::spawn(coalesce(
-            client,
-            addr.to_string(),
-            rx,
-            self.options.clone(),
-            self.coalesced_rpcs.clone(),
-        ));
-        coalescers.insert(addr.to_string(), (tx.clone(), generation));
-        Ok(tx)
+    /// Puts `call` on the queue of `peer`'s coalescing task (started on first use, and again
+    /// for a new TLS generation; it ends with its `Conn`, so with the client).
+    fn queue(
+        &self,
+        peer: &Peer,
+        call: Pending,
+    ) -> Result<Result<(), mpsc::error::TrySendError<Pending>>, Status> {
+        let mut conn = peer.conn()?;
+        let conn = conn.as_mut().expect("Peer::conn fills it");
+        let queue = match &conn.queue {
+            Some(tx) if !tx.is_closed() => tx,
+            _ => {
+                let (tx, rx) = mpsc::channel(self.options.max_queued);
+                tokio::spawn(coalesce(
+                    seq_client(conn.channel.clone()),
+                    peer.addr.clone(),
+                    rx,
+                    self.options.clone(),
+                    self.coalesced_rpcs.clone(),
+                ));
+                conn.queue.insert(tx)
+            }
+        };
+        Ok(queue.try_send(call))
     }
 
     /// The current sequence of `uid` without allocating.
     pub async fn current(&self, uid: u64, deadline: Duration) -> Result<u64, Status> {
-        self.call(uid, deadline, |mut client, _, route_version, timeout| async move {
+        self.call(uid, deadline, |peer, route_version, until| async move {
             let mut req = tonic::Request::new(pb::CurrentRequest { uid, route_version });
-            req.set_timeout(timeout);
-            let r = client.current(req).await?.into_inner();
+            req.set_timeout(until.saturating_duration_since(Instant::now()));
+            let r = seq_client(peer.channel()?).current(req).await?.into_inner();
             Ok((r.seq, r.route_table))
         })
         .await
@@ -698,13 +763,13 @@ impl SeqClient {
     /// Groups `pending` (indices into `uids`) by owner in the current tables, from one look.
     /// `Err(uid)`: no table has `uid`'s set.
     fn groups_of(&self, uids: &[u64], pending: &[usize]) -> Result<Groups, u64> {
-        let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
-        group_by_owner(&tables, uids, pending)
+        group_by_owner(&self.routes().tables, uids, pending)
     }
 
     /// One uid of each set among `uids` (for refreshing every set involved).
     fn one_uid_per_set(&self, uids: impl Iterator<Item = u64>) -> Vec<u64> {
-        let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
+        let routes = self.routes();
+        let tables = &routes.tables;
         let mut seen: Vec<u64> = Vec::new();
         let mut out = Vec::new();
         for uid in uids {
@@ -738,6 +803,24 @@ impl SeqClient {
             }),
             Err(_) => Err(Status::unavailable(format!("{addr} did not answer in {timeout:?}"))),
         }
+    }
+}
+
+impl Peer {
+    /// Its connection under the process's current TLS generation (a new channel, without a
+    /// coalescing task yet, if the generation moved); always `Some` on return.
+    fn conn(&self) -> Result<std::sync::MutexGuard<'_, Option<Conn>>, Status> {
+        let generation = crate::tls::generation();
+        let mut conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        if conn.as_ref().is_none_or(|c| c.generation != generation) {
+            let channel = crate::store::channel_on(&self.addr, crate::tls::Plane::Client)?;
+            *conn = Some(Conn { generation, channel, queue: None });
+        }
+        Ok(conn)
+    }
+
+    fn channel(&self) -> Result<Channel, Status> {
+        Ok(self.conn()?.as_ref().expect("Peer::conn fills it").channel.clone())
     }
 }
 
@@ -835,9 +918,8 @@ mod tests {
         SeqClient {
             seeds: seeds.to_vec(),
             options: SeqClientOptions::default(),
-            tables: RwLock::new(Vec::new()),
-            channels: Mutex::new(HashMap::new()),
-            coalescers: Mutex::new(HashMap::new()),
+            routes: RwLock::new(Routes::default()),
+            peers: Mutex::new(HashMap::new()),
             coalesced_rpcs: Arc::new(AtomicU64::new(0)),
             counters: Counters::default(),
         }
@@ -878,6 +960,34 @@ mod tests {
         assert_eq!((tables[0].version, tables[0].entries[0].addr.as_str()), (5, "new"));
         c.install(t(6, "newer"));
         assert_eq!(c.route_tables()[0].entries[0].addr, "newer");
+    }
+
+    /// Each call finds its AllocSvr from the entry of the current table that owns its uid: the
+    /// per-entry peers stay in step with their tables when sets arrive out of order, a set's
+    /// table is replaced, or an older table is offered (and refused).
+    #[test]
+    fn a_uid_is_routed_to_the_allocsvr_of_its_current_table_entry() {
+        let c = client(&[]);
+        c.install(table(2, 1, (100, 200), vec![entry(10, 20, 1, "b")]));
+        c.install(table(3, 1, (200, 300), vec![entry(20, 25, 1, "c1"), entry(25, 30, 2, "c2")]));
+        c.install(table(1, 1, (0, 100), vec![entry(5, 10, 2, "a2"), entry(0, 5, 1, "a1")]));
+        let check = |c: &SeqClient| {
+            for uid in 0..300u64 {
+                let t = c.table_for(uid).expect("every uid has a set");
+                let want = owner_entry(&t, uid).map(|e| e.addr.clone());
+                let got = c.route_of(uid).expect("a table").ok().map(|(p, v)| {
+                    assert_eq!(v, t.version, "uid {uid}");
+                    p.addr.clone()
+                });
+                assert_eq!(got, want, "uid {uid}");
+            }
+        };
+        check(&c);
+        c.install(table(2, 2, (100, 200), vec![entry(10, 15, 1, "b1"), entry(15, 20, 2, "b2")]));
+        check(&c);
+        c.install(table(2, 1, (100, 200), vec![entry(10, 20, 1, "old")]));
+        check(&c);
+        assert_eq!(c.route_of(140).expect("a table").expect("owned").0.addr, "b1");
     }
 
     /// An in-process AllocSvr: serves `next_batch` for the sections it owns (all or nothing),
@@ -1014,7 +1124,8 @@ mod tests {
                 }
             }
         }
-        // 4 queued + 1 in flight + 1 taken by the coalescing task waiting for a slot.
+        // At most 4 queued + 1 in flight (the coalescing task takes a call only once a slot is
+        // free); one more is allowed for a call taken just as the slot freed.
         assert!(refused >= 20 - 6, "{refused} refused, {served} served");
         assert_eq!(refused + served, 20);
         assert!(served >= 1);

@@ -15,7 +15,8 @@ use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use seqsvr_core::config::TlsConfig;
 use std::path::Path;
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{OnceLock, RwLock};
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 use tonic::Status;
 
@@ -188,6 +189,36 @@ struct ProcessTls {
 static PROCESS_TLS: RwLock<ProcessTls> =
     RwLock::new(ProcessTls { tls: None, seen: Vec::new(), checked: None, generation: 0 });
 
+/// What every call of [`generation`] reads without a lock: the generation (a copy of
+/// `ProcessTls::generation`, written under its write lock), and when the files are due to be
+/// looked at again (ns since [`clock_origin`]; `u64::MAX`: never, the identity has no files).
+/// Between two looks, a call costs two atomic loads and a clock reading.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+static NEXT_CHECK_NS: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// The instant `NEXT_CHECK_NS` counts from (the first time anyone asked).
+fn clock_origin() -> std::time::Instant {
+    static ORIGIN: OnceLock<std::time::Instant> = OnceLock::new();
+    *ORIGIN.get_or_init(std::time::Instant::now)
+}
+
+fn nanos_since_origin(at: std::time::Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(clock_origin()).as_nanos()).unwrap_or(u64::MAX - 1)
+}
+
+/// Publishes `p`'s generation and when its files are due next (call with the write lock held).
+fn publish(p: &ProcessTls) {
+    let next = match (p.tls.as_ref().and_then(|t| t.files.as_ref()), p.checked) {
+        (Some(_), Some(checked)) => nanos_since_origin(checked + RELOAD_CHECK),
+        (Some(_), None) => 0,
+        (None, _) => u64::MAX,
+    };
+    // The generation first: a reader that sees the new check time (and so skips the files)
+    // then sees this generation too, never the one before it.
+    GENERATION.store(p.generation, Ordering::Release);
+    NEXT_CHECK_NS.store(next, Ordering::Release);
+}
+
 /// How often the identity's files are looked at for a rotation.
 pub const RELOAD_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -204,6 +235,7 @@ pub fn set_process_tls(tls: Option<ClientTls>) {
     p.tls = tls;
     p.checked = Some(std::time::Instant::now());
     p.generation += 1;
+    publish(&p);
 }
 
 /// The process's TLS identity, if set.
@@ -215,6 +247,15 @@ pub fn process_tls() -> Option<ClientTls> {
 /// contents compared once per [`RELOAD_CHECK`] at most, read outside the lock): a client whose
 /// channels were built under an older generation builds new ones.
 pub fn generation() -> u64 {
+    // Every call of the SDK asks: between two looks at the files, no lock and no allocation.
+    if nanos_since_origin(std::time::Instant::now()) < NEXT_CHECK_NS.load(Ordering::Acquire) {
+        return GENERATION.load(Ordering::Acquire);
+    }
+    generation_after_looking()
+}
+
+/// [`generation`] once the files are due to be looked at.
+fn generation_after_looking() -> u64 {
     let (files, server_name) = {
         let p = PROCESS_TLS.read().unwrap_or_else(|e| e.into_inner());
         let due = p.checked.is_none_or(|t| t.elapsed() >= RELOAD_CHECK);
@@ -229,6 +270,7 @@ pub fn generation() -> u64 {
             return p.generation; // another caller is looking
         }
         p.checked = Some(std::time::Instant::now());
+        publish(&p);
     }
     // Unreadable files (mid-rename) count as unchanged: looked at again next time.
     let Ok(now) = files.iter().map(std::fs::read).collect::<Result<Vec<_>, _>>() else {
@@ -250,6 +292,7 @@ pub fn generation() -> u64 {
                 connections use the new identity");
             p.tls = Some(new);
             p.generation += 1;
+            publish(&p);
         }
         // Half-rotated (a key renamed in before its certificate): keep the old identity; said
         // once per change of the files.

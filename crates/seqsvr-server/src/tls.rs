@@ -601,17 +601,19 @@ pub fn authorize(
             return Err(format!("identity {shown:?} may not call {call}: {e}"));
         }
     };
-    let who = describe(&name, &entry);
-    let fits: Vec<&Grant> = grants.iter().filter(|g| g.fits(&entry)).collect();
-    if fits.is_empty() {
+    // Every call of every RPC comes here: the messages are only made for a refusal.
+    let mut fits = grants.iter().filter(|g| g.fits(&entry)).peekable();
+    let Some(first_fit) = fits.peek().copied() else {
         let needs: Vec<String> = grants.iter().map(Grant::text).collect();
+        let who = describe(&name, &entry);
         return Err(format!("{who} may not call {call}: needs role {}", needs.join(" or ")));
-    }
-    if !fits.iter().any(|g| peer.planes.contains(&g.plane)) {
+    };
+    if !fits.any(|g| peer.planes.contains(&g.plane)) {
+        let who = describe(&name, &entry);
         return Err(format!(
             "{who} may not call {call}: its certificate is not issued by a CA of {} \
              (this plane's bundle)",
-            fits[0].plane.ca_key()
+            first_fit.plane.ca_key()
         ));
     }
     Ok(caller)
@@ -678,13 +680,14 @@ where
                 Ok(Response::from_parts(parts, tonic::body::Body::new(body)))
             });
         };
-        let path = req.uri().path().trim_start_matches('/').to_string();
-        let peer = req.extensions().get::<PeerIdentity>().cloned();
-        let decision = match &peer {
-            Some(peer) => authorize(tls, *kind, peer, &path),
+        // Borrowed, not cloned: this runs for every RPC.
+        let path = req.uri().path().trim_start_matches('/');
+        let peer = req.extensions().get::<PeerIdentity>();
+        let decision = match peer {
+            Some(peer) => authorize(tls, *kind, peer, path),
             None => Err(format!("may not call {path}: not a verified TLS connection")),
         };
-        let remote = peer.as_ref().and_then(|p| p.remote_addr);
+        let remote = peer.and_then(|p| p.remote_addr);
         let caller = match decision {
             Ok(caller) => caller,
             Err(message) => {
@@ -695,7 +698,7 @@ where
         };
         let audit = caller.as_ref().filter(|c| c.role == Role::Admin).map(|c| Audit {
             who: c.name.clone(),
-            what: path.clone(),
+            what: path.to_string(),
             remote,
             done: false,
         });
