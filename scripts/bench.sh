@@ -252,10 +252,14 @@ start_etcd() { # n
 }
 for n in 1 2 3; do start_etcd $n; done
 etcd_url="127.0.0.1:2471,127.0.0.1:2472,127.0.0.1:2473"
-for _ in $(seq 1 100); do
-  curl -fs http://127.0.0.1:2471/health 2>/dev/null | grep -q true && break
-  sleep 0.2
-done
+wait_etcd() { # until its first member reports healthy (it has a leader), at most 20 s
+  for _ in $(seq 1 100); do
+    curl -fs http://127.0.0.1:2471/health 2>/dev/null | grep -q true && return 0
+    sleep 0.2
+  done
+  echo "etcd did not become healthy (see $work/etcd-*.log)" >&2; exit 1
+}
+wait_etcd
 etcd_pids() { cat "$work"/etcd-[123].pid | paste -sd, -; }
 
 # --- PostgreSQL: refuses to run as root, so as its own user.
@@ -445,6 +449,7 @@ start_pg
 for n in 1 2 3; do kill -9 "$(cat "$work/etcd-$n.pid")"; done
 sleep 0.5
 for n in 1 2 3; do start_etcd $n; done  # existing data dirs: the initial-cluster flags are ignored
+wait_etcd
 "$bench" crash-check --target etcd --url "$etcd_url" --last-values "$work/last-etcd.json" >>"$crash_file"
 "$bench" run --target seqsvr --config "$cfg" --concurrency "$concurrency" --seconds 3 --uids 1000 \
   --last-values "$work/last-seqsvr.json" >/dev/null
