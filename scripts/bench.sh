@@ -479,7 +479,8 @@ for dist in $dists; do dist_flags+=(--dist "$dist=$results/$dist"); done
   echo "CPU µs/call: user + system time from /proc of the client process and of the target's server"
   echo "processes (the cluster's 10; the floor server; the Redis; etcd's 3; PostgreSQL's postmaster and"
   echo "all its backends) over the run, divided by the calls served (a batch call is 1,000 values)."
-  echo "docs/benchmarks/README.md says what each target is."
+  echo "docs/benchmarks/README.md says what each target is, and (\"Latest run\") why a missed target is"
+  echo "missed; docs/benchmarks/profile.md shows where a call's CPU goes (flame graphs)."
   echo
   echo "## Targets (issue 13)"
   echo
