@@ -77,19 +77,25 @@ expect_caught no-high-water nemesis --seconds 60 --seed 3 --sets 1 \
   --faults clock-back-restart,kill-alloc --out "$out/teeth-no-high-water"
 # Teeth that no nemesis fault reaches have a targeted cluster test (tests/tests/t95_teeth_*.rs)
 # that the normal build passed in `cargo test` above and the teeth build must fail, saying why.
-expect_test_caught() { # teeth-name, test target, text its failure must contain
-  local name=$1 test=$2 marker=$3 rc log="$out/teeth-$1.log"
-  echo ">> teeth: cluster test $test must catch $name (output in $log)"
+# Runs a test command that must FAIL with `marker` in its output (a teeth build caught).
+expect_fails_with() { # what, marker, log, command...
+  local what=$1 marker=$2 log=$3 rc
+  shift 3
+  echo ">> teeth: $what (output in $log)"
   set +e
-  SEQSVR_BIN_DIR="$CARGO_TARGET_DIR/teeth/$name" \
-    cargo test --release -p seqsvr-cluster-tests --test "$test" >"$log" 2>&1
+  "$@" >"$log" 2>&1
   rc=$?
   set -e
   if [ $rc -eq 0 ] || ! grep -qF "$marker" "$log"; then
     tail -n 40 "$log" >&2
-    echo "error: $test did not catch teeth-$name (exit $rc, expected a failure with '$marker')" >&2
+    echo "error: $what: not caught (exit $rc, expected a failure with '$marker')" >&2
     exit 1
   fi
+}
+expect_test_caught() { # teeth-name, test target, text its failure must contain
+  expect_fails_with "cluster test $2 must catch $1" "$3" "$out/teeth-$1.log" \
+    env SEQSVR_BIN_DIR="$CARGO_TARGET_DIR/teeth/$1" \
+    cargo test --release -p seqsvr-cluster-tests --test "$2"
 }
 expect_test_caught no-quorum-check t95_teeth_no_quorum "never answered 'no quorum'"
 expect_test_caught no-readindex-before-grant t95_teeth_readindex_grant "I1/I3 violated"
@@ -107,17 +113,8 @@ expect_test_caught no-high-water t95_teeth_high_water "ids violated"
 # Teeth inside one crate's logic, with no process to start: its unit tests (which the normal
 # build passed above) must fail with the build, saying why.
 expect_unit_caught() { # teeth-name, crate, test filter, text its failure must contain
-  local name=$1 crate=$2 filter=$3 marker=$4 rc log="$out/teeth-$1.log"
-  echo ">> teeth: $crate unit tests $filter must catch $name (output in $log)"
-  set +e
-  cargo test --release -p "$crate" --features "teeth-$name" "$filter" >"$log" 2>&1
-  rc=$?
-  set -e
-  if [ $rc -eq 0 ] || ! grep -qF "$marker" "$log"; then
-    tail -n 40 "$log" >&2
-    echo "error: $crate $filter did not catch teeth-$name (exit $rc, expected a failure with '$marker')" >&2
-    exit 1
-  fi
+  expect_fails_with "$2 unit tests $3 must catch $1" "$4" "$out/teeth-$1.log" \
+    cargo test --release -p "$2" --features "teeth-$1" "$3"
 }
 # 32-bit cur_seq offsets (issue 13): an offset that wraps instead of rebasing its section sends
 # a uid back; the allocation table's model test with a tiny offset limit sees it.
