@@ -29,7 +29,8 @@ echo ">> short nemesis run (every fault kind; history in $out/main)"
 # `seqcheck lost-disk` is cluster test t90.)
 build_teeth_bins no-lease-wait no-fencing bootstrap-empty-voter no-alloc-lease-check \
   no-quorum-check no-readindex-before-grant no-control-persist release-before-stop \
-  lease-on-wall-clock lease-from-receive-time no-holder-check no-worker-wait no-high-water
+  lease-on-wall-clock lease-from-receive-time no-holder-check no-worker-wait no-high-water \
+  no-session-floor
 # A teeth build must make a seqcheck run report a violation (exit 1); anything else, a pass
 # (0) or a run that could not be carried out (2), fails the suite.
 expect_caught() { # teeth-name, then the seqcheck command line
@@ -75,6 +76,11 @@ expect_caught lease-from-receive-time nemesis --seconds 10 --seed 1 --sets 1 \
 # persisted high-water mark reissues ids once clock-back-restart sets an AllocSvr's clock back.
 expect_caught no-high-water nemesis --seconds 60 --seed 3 --sets 1 \
   --faults clock-back-restart,kill-alloc --out "$out/teeth-no-high-water"
+# A new owner of a section's rongcloud sessions that starts from its clock instead of above the
+# section's time mark: the sessions of sections moved to an AllocSvr restarted with its clock
+# set back go back.
+expect_caught no-session-floor nemesis --seconds 60 --seed 3 --sets 1 \
+  --faults clock-back-restart,kill-alloc --out "$out/teeth-no-session-floor"
 # Teeth that no nemesis fault reaches have a targeted cluster test (tests/tests/t95_teeth_*.rs)
 # that the normal build passed in `cargo test` above and the teeth build must fail, saying why.
 # Runs a test command that must FAIL with `marker` in its output (a teeth build caught).

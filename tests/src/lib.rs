@@ -174,7 +174,12 @@ impl IdRecorder {
         let channel = seqsvr_client::store::alloc_channel(addr)?;
         let mut client = seqsvr_proto::v1::id_service_client::IdServiceClient::new(channel);
         let invoke_ns = self.t0.elapsed().as_nanos() as u64;
-        let request = seqsvr_proto::v1::NextIdsRequest { scheme: scheme.into(), count, business };
+        let request = seqsvr_proto::v1::NextIdsRequest {
+            scheme: scheme.into(),
+            count,
+            business,
+            ..Default::default()
+        };
         let answer = client.next_ids(request).await;
         let complete_ns = self.t0.elapsed().as_nanos() as u64;
         let (outcome, result) = match answer {
@@ -203,6 +208,54 @@ impl IdRecorder {
             scheme: scheme.to_string(),
             count,
             business,
+            session: None,
+            invoke_ns,
+            complete_ns,
+            outcome,
+        };
+        self.calls.lock().unwrap_or_else(|e| e.into_inner()).push(call);
+        result
+    }
+
+    /// `count` ids of a `rongcloud` session through the SDK (which finds the session's owner),
+    /// recorded; answers the ids (or the error).
+    pub async fn next_session_ids(
+        &self,
+        client: &seqsvr_client::ids::IdClient,
+        scheme: &str,
+        count: u32,
+        session: &seqsvr_client::ids::Session,
+    ) -> Result<Vec<u128>, tonic::Status> {
+        use seqsvr_check::ids::{CallSession, IdCall, IdOutcome};
+        let invoke_ns = self.t0.elapsed().as_nanos() as u64;
+        let answer = client.next_session_ids(scheme, count, session, Duration::from_secs(10)).await;
+        let complete_ns = self.t0.elapsed().as_nanos() as u64;
+        let (outcome, result) = match answer {
+            Ok(ids) => {
+                let ids: Vec<u128> = ids.ids.iter().map(|id| id.value()).collect();
+                (IdOutcome::Ok { worker_id: 0, ids: ids.clone() }, Ok(ids))
+            }
+            Err(s) if matches!(s.code(), Code::InvalidArgument | Code::NotFound) => {
+                (IdOutcome::Fail { code: format!("{:?}", s.code()) }, Err(s))
+            }
+            Err(s) => (IdOutcome::Unknown { reason: s.message().to_string() }, Err(s)),
+        };
+        let session_id = match &session.id {
+            seqsvr_client::ids::SessionId::Text(text) => text.clone(),
+            seqsvr_client::ids::SessionId::Hash(_) => String::new(),
+        };
+        let call = IdCall {
+            client: 0,
+            set: 0,
+            alloc: "the session's owner".to_string(),
+            scheme: scheme.to_string(),
+            count,
+            business: 0,
+            session: Some(CallSession {
+                session_type: session.session_type,
+                session_id,
+                session_hash: session.hash(),
+            }),
             invoke_ns,
             complete_ns,
             outcome,

@@ -44,9 +44,6 @@ async fn every_scheme_is_served_unique_and_ordered_per_worker_id() {
     }
 
     // Refusals say why and issue nothing.
-    let refused = |r: Result<(u64, Vec<u128>), tonic::Status>| r.expect_err("refused");
-    let e = refused(rec.next_ids(&a, "rongcloud", 1, 0).await);
-    assert_eq!(e.code(), Code::Unimplemented, "{e:?}");
     let mut channel = pb::id_service_client::IdServiceClient::new(
         seqsvr_client::store::alloc_channel(&a).expect("channel"),
     );
@@ -54,6 +51,7 @@ async fn every_scheme_is_served_unique_and_ordered_per_worker_id() {
         scheme: scheme.into(),
         count,
         business,
+        ..Default::default()
     };
     let e = channel.next_ids(ask("nope", 1, 0)).await.expect_err("unknown scheme");
     assert_eq!(e.code(), Code::NotFound, "{e:?}");
@@ -148,4 +146,92 @@ async fn worker_ids_are_reused_across_restarts_from_a_pool_of_two() {
     assert!(used.iter().all(|&w| w < 2), "worker ids outside set 0's pool [0, 2): {used:?}");
     let report = rec.assert_no_violation();
     assert_eq!(report.by_scheme["snowflake"].workers, 2, "both reused: {used:?}");
+}
+
+/// `rongcloud` (seed 000): each session's ids come from the owner of its uid's section, in two
+/// sets with two AllocSvrs each. The SDK, given only the AllocSvr addresses, follows NOT_OWNER
+/// to each owner; any other AllocSvr refuses the session with its uid; bad session fields are
+/// refused; after the owner of a session's section is killed (kill -9), its next owner issues
+/// above everything issued before. The checker: no id twice, each session's ids increasing in
+/// real time, every id carrying the session it was asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rongcloud_sessions_are_served_by_their_sections_owner() {
+    use seqsvr_client::ids::{IdClient, Session, SessionId};
+    let mut cluster =
+        Cluster::start(ClusterOptions { sets: 2, allocs_per_set: 2, ..ClusterOptions::default() });
+    let keys: Vec<ProcKey> =
+        (0..2).flat_map(|set| (0..2).map(move |i| ProcKey::Alloc(SetId(set), i))).collect();
+    let addrs: Vec<String> = keys.iter().map(|k| cluster.proc(*k).addr.clone()).collect();
+    let client = IdClient::new(&addrs).expect("a client");
+    let rec = IdRecorder::default();
+    let sessions: Vec<Session> = (0..12u32)
+        .map(|i| Session { session_type: i % 16, id: SessionId::Text(format!("group-{i}")) })
+        .collect();
+    let config = &cluster.config.ids.schemes["rongcloud"];
+    let uids: BTreeSet<u64> =
+        sessions.iter().map(|s| config.session_uid(s.key().expect("fits"))).collect();
+    let sets: BTreeSet<u64> =
+        uids.iter().filter_map(|&u| cluster.config.set_for_uid(u)).map(|s| s.id.0).collect();
+    assert_eq!(sets.len(), 2, "the sessions spread over both sets: {uids:?}");
+    for round in 0..10 {
+        for session in &sessions {
+            let ids = rec.next_session_ids(&client, "rongcloud", 20, session).await;
+            assert_eq!(ids.unwrap_or_else(|e| panic!("round {round}: {e:?}")).len(), 20);
+        }
+    }
+
+    // Asked directly, exactly one AllocSvr serves a session; the others name its uid.
+    let ask = |session_type, session_id: &str, session_hash, business| pb::NextIdsRequest {
+        scheme: "rongcloud".into(),
+        count: 1,
+        business,
+        session_type,
+        session_id: session_id.into(),
+        session_hash,
+    };
+    let uid0 = config.session_uid(sessions[0].key().expect("fits"));
+    let mut owner = None;
+    for (key, addr) in keys.iter().zip(&addrs) {
+        let mut channel = pb::id_service_client::IdServiceClient::new(
+            seqsvr_client::store::alloc_channel(addr).expect("channel"),
+        );
+        match channel.next_ids(ask(0, "group-0", 0, 0)).await {
+            Ok(_) => {
+                assert!(owner.replace(*key).is_none(), "two AllocSvrs serve one session");
+            }
+            Err(e) => {
+                assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+                assert!(e.message().starts_with("NOT_OWNER"), "{e:?}");
+                let named = e.metadata().get("x-seqsvr-session-uid").map(|v| v.to_str().unwrap());
+                assert_eq!(named, Some(uid0.to_string().as_str()), "{e:?}");
+            }
+        }
+        for (request, what) in [
+            (ask(0, "group-0", 0, 1), "a business number"),
+            (ask(16, "group-0", 0, 0), "a session type of 5 bits"),
+            (ask(0, "", 1 << 22, 0), "a session hash of 23 bits"),
+            (ask(0, "group-0", 7, 0), "both a session id and a hash"),
+        ] {
+            let e = channel.next_ids(request).await.expect_err(what);
+            assert_eq!(e.code(), Code::InvalidArgument, "{what}: {e:?}");
+        }
+        let mut with_session = ask(1, "group-0", 0, 0);
+        with_session.scheme = "snowflake".into();
+        let e = channel.next_ids(with_session).await.expect_err("snowflake has no session");
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    }
+    let owner = owner.expect("one AllocSvr serves group-0");
+
+    // kill -9 the owner: its sections (and sessions) move after its lease; ids go on above.
+    cluster.kill9_proc(owner);
+    for session in &sessions {
+        let ids = rec.next_session_ids(&client, "rongcloud", 20, session).await;
+        assert_eq!(ids.expect("served by the next owner").len(), 20);
+    }
+    cluster.start_proc(owner);
+    for session in &sessions {
+        rec.next_session_ids(&client, "rongcloud", 20, session).await.expect("served");
+    }
+    let report = rec.assert_no_violation();
+    assert_eq!(report.n_ids, 12 * 12 * 20, "{report:?}");
 }

@@ -38,6 +38,28 @@ pub struct SchemeSetup {
     pub max_ahead_units: u64,
     /// How far ahead of the clock the high-water mark is reserved in the store.
     pub reserve_units: u64,
+    /// What the store records for the scheme and refuses to see change
+    /// (`IdSchemeConfig::fingerprint`).
+    pub fingerprint: String,
+    /// `rongcloud`: the uids its sessions are routed by (`IdSchemeConfig::session_uids`).
+    pub session_uids: std::ops::Range<u64>,
+}
+
+impl SchemeSetup {
+    /// The most ids one worker id (one section, for `rongcloud`) can issue within `left_ms`
+    /// from now: every unit up to `max_ahead_units` ahead of the clock, and the units the clock
+    /// passes meanwhile, each with its whole sequence. A count above it could only time out.
+    pub fn ids_within(&self, left_ms: u64) -> u64 {
+        let units = self
+            .max_ahead_units
+            .saturating_add(1)
+            .saturating_add(left_ms / self.layout.unit().ms().max(1));
+        units.saturating_mul(self.layout.max_sequence().saturating_add(1))
+    }
+    /// `rongcloud`: the uid session `key` is routed by (`IdSchemeConfig::session_uid`).
+    pub fn session_uid(&self, key: u64) -> u64 {
+        seqsvr_core::config::session_uid(self.session_uids.clone(), key)
+    }
 }
 
 /// The id schemes of the cluster config, loaded at start.
@@ -48,14 +70,20 @@ pub struct IdSetup {
 }
 
 impl IdSetup {
-    /// Loads `[ids]` at `now_ms` (a layout that has run out refuses the start) for set `set`.
+    /// Loads `[ids]` for set `set` (a layout that cannot issue at `now_ms` is logged; its `NextIds` is refused).
     pub fn from_cluster(
         cluster: &ClusterConfig,
         set: SetId,
         now_ms: u64,
     ) -> anyhow::Result<IdSetup> {
         let mut schemes = BTreeMap::new();
-        for (name, (layout, scheme)) in cluster.ids.load(now_ms, &cluster.sets)? {
+        // Shapes only: a scheme that ran out (or whose epoch is ahead of this clock) must not
+        // stop the AllocSvr, which serves the sequences too; its NextIds is refused instead.
+        for (name, (layout, scheme)) in cluster.ids.load_shapes(&cluster.sets)? {
+            if let Err(e) = layout.usable_at(now_ms) {
+                tracing::error!(scheme = %name, error = %e,
+                    "id scheme cannot issue ids at this clock: its NextIds is refused");
+            }
             scheme
                 .worker_pool(&layout, set)
                 .map_err(|e| anyhow::anyhow!("ids.schemes.{name}: {e}"))?;
@@ -64,7 +92,12 @@ impl IdSetup {
             let reserve_units = cluster.ids.reserve_ms.div_ceil(unit).max(max_ahead_units + 1);
             tracing::info!(scheme = %name, layout = %layout.scheme(), range = %layout.describe_range(),
                 "id scheme loaded");
-            schemes.insert(name, SchemeSetup { layout, max_ahead_units, reserve_units });
+            let fingerprint = scheme.fingerprint(&layout);
+            let session_uids = scheme.session_uids();
+            schemes.insert(
+                name,
+                SchemeSetup { layout, max_ahead_units, reserve_units, fingerprint, session_uids },
+            );
         }
         Ok(IdSetup { schemes, max_count: cluster.ids.max_count })
     }
@@ -95,6 +128,8 @@ pub struct WorkerSlot {
 pub struct IdWorkers {
     slots: BTreeMap<String, WorkerSlot>,
     next_incarnation: u64,
+    /// `rongcloud`: one generator per section served (`sessions.rs`).
+    pub sessions: crate::sessions::Sessions,
 }
 
 impl IdWorkers {
@@ -104,6 +139,7 @@ impl IdWorkers {
             tracing::info!(n = self.slots.len(), "worker ids dropped with the registration");
         }
         self.slots.clear();
+        self.sessions.clear();
     }
 
     /// A grant from a heartbeat sent at `sent` lists the worker ids the store says this
@@ -149,7 +185,7 @@ struct Issued {
 
 /// After a failed background reservation, the next waits this long (calls that need one at
 /// once still ask).
-const RESERVE_BACKOFF: std::time::Duration = std::time::Duration::from_millis(200);
+pub(crate) const RESERVE_BACKOFF: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// What a call must do before it can go on issuing.
 enum Step {
@@ -257,21 +293,13 @@ impl IdServer {
                     });
                     break;
                 }
-                Err(e) => {
-                    return Err(Status::resource_exhausted(format!(
-                        "id scheme {name:?}: {e}; its layout has run out of time ({})",
-                        layout.describe_range()
-                    )))
-                }
+                Err(e) => return Err(ran_out(name, layout, e)),
             }
         }
         let stats = slot.generator.stats();
-        if stats.clock_back_events > slot.logged_clock_back {
-            slot.logged_clock_back = stats.clock_back_events;
-            self.shared.metrics.ids_clock_back.increment(1);
-            tracing::warn!(scheme = %name, worker = slot.worker, clock_back_events = stats.clock_back_events,
-                "the wall clock stepped back: issuing on from the last time used, never below it");
-        }
+        let worker = slot.worker;
+        let issuer = || format!("worker id {worker}");
+        note_clock_back(&self.shared, name, issuer, stats, &mut slot.logged_clock_back);
         // Keep the mark half a reservation ahead, off the call path.
         let backing_off = slot.reserve_after.is_some_and(|t| Instant::now() < t);
         if !slot.reserving
@@ -309,8 +337,7 @@ async fn acquire(
         return Ok(());
     }
     let left = deadline.saturating_duration_since(Instant::now());
-    let fingerprint = setup.layout.fingerprint();
-    let leased = shared.store.acquire_worker(alloc, name, &fingerprint, left).await;
+    let leased = shared.store.acquire_worker(alloc, name, &setup.fingerprint, left).await;
     let (worker, high_water_ms) = leased.map_err(|s| match s.code() {
         Code::ResourceExhausted => s,
         Code::InvalidArgument => Status::failed_precondition(format!(
@@ -369,11 +396,12 @@ async fn reserve(
     unit: u64,
     deadline: Instant,
 ) -> Result<(), Status> {
-    let layout = &shared.ids.schemes.get(name).expect("a configured scheme").layout;
+    let setup = shared.ids.schemes.get(name).expect("a configured scheme");
+    let layout = &setup.layout;
     let left = deadline.saturating_duration_since(Instant::now());
-    let fingerprint = layout.fingerprint();
     let up_to_ms = layout.unix_ms(unit);
-    let result = shared.store.reserve_time(alloc, name, worker, up_to_ms, &fingerprint, left).await;
+    let result =
+        shared.store.reserve_time(alloc, name, worker, up_to_ms, &setup.fingerprint, left).await;
     let mut inner = shared.lock();
     let slot = inner.ids.slots.get_mut(name).filter(|s| s.incarnation == incarnation);
     match (result, slot) {
@@ -408,6 +436,57 @@ async fn reserve(
     }
 }
 
+/// RESOURCE_EXHAUSTED: the layout's time field has no unit left.
+pub(crate) fn ran_out(name: &str, layout: &Layout, e: seqsvr_core::idscheme::GenError) -> Status {
+    Status::resource_exhausted(format!(
+        "id scheme {name:?}: {e}; its layout has run out of time ({})",
+        layout.describe_range()
+    ))
+}
+
+/// Counts and logs clock-back events `stats` has seen since `logged` (once each).
+pub(crate) fn note_clock_back(
+    shared: &Shared,
+    name: &str,
+    issuer: impl FnOnce() -> String,
+    stats: seqsvr_core::idscheme::GenStats,
+    logged: &mut u64,
+) {
+    if stats.clock_back_events > *logged {
+        let issuer = issuer();
+        *logged = stats.clock_back_events;
+        shared.metrics.ids_clock_back.increment(1);
+        tracing::warn!(scheme = %name, issuer, clock_back_events = stats.clock_back_events,
+            "the wall clock stepped back: issuing on from the last time used, never below it");
+    }
+}
+
+/// Sleeps until the clock reads `unit` of `layout` (the time already used is ahead of it),
+/// unless that would pass `deadline`: then UNAVAILABLE at once.
+pub(crate) async fn wait_for_unit(
+    shared: &Shared,
+    scheme: &str,
+    layout: &Layout,
+    unit: u64,
+    deadline: Instant,
+) -> Result<(), Status> {
+    let now_ms = seqsvr_server::clock::unix_ms_now();
+    let wait_ms = layout.unix_ms(unit).saturating_sub(now_ms).max(1);
+    let wait = std::time::Duration::from_millis(wait_ms);
+    shared.metrics.ids_clock_waits.increment(1);
+    if Instant::now() + wait > deadline {
+        tracing::warn!(scheme = %scheme, wait_ms,
+            "ids wait for the clock: the time already used is ahead of it");
+        return Err(Status::unavailable(format!(
+            "id scheme {scheme:?}: the clock is {wait_ms} ms behind the time already used (clock \
+             set back, or the sequence of every unit up to ids.max_ahead_ms ahead is used): \
+             waiting would pass this call's deadline; retry later or at another AllocSvr"
+        )));
+    }
+    tokio::time::sleep(wait).await;
+    Ok(())
+}
+
 #[tonic::async_trait]
 impl pb::id_service_server::IdService for IdServer {
     async fn next_ids(
@@ -419,17 +498,41 @@ impl pb::id_service_server::IdService for IdServer {
         let r = request.into_inner();
         let setup = self.setup(&r.scheme)?;
         let layout = &setup.layout;
-        if layout.scheme() == Scheme::RongCloud {
-            return Err(Status::unimplemented(
-                "rongcloud ids are not served by NextIds yet (each session needs one owner, not a \
-                 worker id); Decode works for them",
-            ));
-        }
         let max = self.shared.ids.max_count;
         if r.count == 0 || r.count > max {
             return Err(Status::invalid_argument(format!(
                 "count {} must be within [1, {max}] (ids.max_count)",
                 r.count
+            )));
+        }
+        layout.usable_at(seqsvr_server::clock::unix_ms_now()).map_err(|e| {
+            Status::failed_precondition(format!(
+                "id scheme {:?} cannot issue ids now: {e} (fix the scheme's layout in the \
+                 cluster config, or this host's clock)",
+                r.scheme
+            ))
+        })?;
+        let left_ms = deadline.saturating_duration_since(Instant::now()).as_millis() as u64;
+        let reachable = setup.ids_within(left_ms);
+        if u64::from(r.count) > reachable {
+            return Err(Status::invalid_argument(format!(
+                "count {} is more than one worker id (or rongcloud section) of {:?} can issue \
+                 within this call's deadline ({left_ms} ms): at most {reachable} ({} per time unit, \
+                 up to ids.max_ahead_ms ahead of the clock); ask for fewer per call, or give the \
+                 call more time",
+                r.count,
+                r.scheme,
+                layout.max_sequence().saturating_add(1)
+            )));
+        }
+        if layout.scheme() == Scheme::RongCloud {
+            return self.next_session_ids(r, setup, deadline).await;
+        }
+        if r.session_type != 0 || !r.session_id.is_empty() || r.session_hash != 0 {
+            return Err(Status::invalid_argument(format!(
+                "id scheme {:?} has no session fields: send session_type 0, no session_id and \
+                 session_hash 0",
+                r.scheme
             )));
         }
         let business_max = layout.max_value(seqsvr_core::idscheme::Part::Business);
@@ -458,22 +561,7 @@ impl pb::id_service_server::IdService for IdServer {
                         .await?
                 }
                 Step::Wait { unit } => {
-                    let now_ms = seqsvr_server::clock::unix_ms_now();
-                    let wait_ms = layout.unix_ms(unit).saturating_sub(now_ms).max(1);
-                    let wait = std::time::Duration::from_millis(wait_ms);
-                    self.shared.metrics.ids_clock_waits.increment(1);
-                    if Instant::now() + wait > deadline {
-                        tracing::warn!(scheme = %r.scheme, wait_ms,
-                            "ids wait for the clock: the time already used is ahead of it");
-                        return Err(Status::unavailable(format!(
-                            "id scheme {:?}: the clock is {wait_ms} ms behind the time this worker \
-                             id already used (clock set back, or the sequence of every unit up to \
-                             ids.max_ahead_ms ahead is used): waiting would pass this call's \
-                             deadline; retry later or at another AllocSvr",
-                            r.scheme
-                        )));
-                    }
-                    tokio::time::sleep(wait).await;
+                    wait_for_unit(&self.shared, &r.scheme, layout, unit, deadline).await?
                 }
             }
         };
@@ -530,13 +618,43 @@ mod tests {
         }
     }
 
+    /// The count a call may ask for: whole sequences of every unit it can reach before its
+    /// deadline (uid-generator's 8,192 per second: 40,960 in 2 s with 2 s ahead; snowflake's
+    /// 4,096 per ms: millions).
+    #[test]
+    fn a_count_no_worker_id_can_issue_in_time_is_known_up_front() {
+        let setup = |spec: LayoutSpec| {
+            let layout = spec.load(1_796_000_000_000).unwrap();
+            let max_ahead_units = 2_000 / layout.unit().ms();
+            SchemeSetup {
+                fingerprint: layout.fingerprint(),
+                layout,
+                max_ahead_units,
+                reserve_units: max_ahead_units + 1,
+                session_uids: 0..1,
+            }
+        };
+        let uid_generator = setup(LayoutSpec {
+            epoch_ms: Some(1_735_689_600_000),
+            time_bits: Some(30),
+            worker_bits: Some(20),
+            seq_bits: Some(13),
+            ..LayoutSpec::of(Scheme::UidGenerator)
+        });
+        assert_eq!(uid_generator.ids_within(2_000), (2 + 1 + 2) * 8_192);
+        assert_eq!(uid_generator.ids_within(0), 3 * 8_192);
+        let snowflake = setup(LayoutSpec::of(Scheme::Snowflake));
+        assert_eq!(snowflake.ids_within(2_000), (2_000 + 1 + 2_000) * 4_096);
+    }
+
     /// A grant keeps the worker ids it lists; one it does not list is dropped if it was leased
     /// before the heartbeat was sent, and if leased after, kept but unable to issue until the
     /// store confirms it with a new reservation (its mark back at its floor, a new incarnation
     /// so a reservation answered before does not count).
     #[test]
     fn a_grant_decides_which_worker_ids_may_still_issue() {
-        let mut workers = IdWorkers { slots: BTreeMap::new(), next_incarnation: 3 };
+        let mut workers =
+            IdWorkers { slots: BTreeMap::new(), next_incarnation: 3, sessions: Default::default() };
         workers.slots.insert("listed".into(), slot(1, 100, 0));
         workers.slots.insert("freed".into(), slot(2, 100, 1));
         workers.slots.insert("late".into(), slot(3, 900, 2));

@@ -325,7 +325,10 @@ fn install_grant(
         }
         let workers = reply.workers.iter().map(|w| (w.scheme.clone(), w.worker_id)).collect();
         inner.ids.keep_granted(&workers, sent);
-        inner.table.grant(&runs)
+        let to_load = inner.table.grant(&runs);
+        let inner = &mut *inner;
+        inner.ids.sessions.prune(&inner.table);
+        to_load
     };
     shared.changed.notify_waiters();
     for (range, lease_epoch) in to_load {

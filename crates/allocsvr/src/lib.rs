@@ -6,6 +6,8 @@
 //! - [`config`]: flags + env + the cluster config file → [`config::AllocConfig`].
 //! - [`lease`]: shared state, the lease (register/heartbeat/load) loop and the advancer.
 //! - [`service`]: the public `SeqService`, the allocation path top to bottom.
+//! - [`ids`]: the public `IdService` (worker ids, high-water marks); [`sessions`]: `rongcloud`
+//!   ids, issued by the owner of each session's section.
 //! - [`metrics`]: the Prometheus series; [`observe`]: gauges and gRPC health (SERVING only
 //!   while the lease is valid), refreshed every 100 ms.
 //! - the allocation table itself is pure logic in `seqsvr_core::alloc`.
@@ -16,6 +18,7 @@ pub mod lease;
 pub mod metrics;
 pub mod observe;
 pub mod service;
+pub mod sessions;
 
 use anyhow::Context;
 use config::AllocConfig;

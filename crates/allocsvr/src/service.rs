@@ -247,7 +247,7 @@ enum Attempt<T> {
 }
 
 /// NOT_OWNER: FAILED_PRECONDITION with the current route table in binary metadata.
-fn not_owner(section: SectionId, route: &pb::RouteTable) -> Status {
+pub(crate) fn not_owner(section: SectionId, route: &pb::RouteTable) -> Status {
     use prost::Message as _;
     let owner = route
         .entries

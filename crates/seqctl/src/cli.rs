@@ -178,6 +178,16 @@ pub enum IdCommand {
         /// weibo's business number (0 to 31); 0 for the other schemes.
         #[arg(long, default_value_t = 0)]
         business: u64,
+        /// rongcloud: the session type (0 to 15).
+        #[arg(long, default_value_t = 0)]
+        session_type: u32,
+        /// rongcloud: the session id (hashed as seed 000 does: the low 22 bits of Java's
+        /// String.hashCode). Its ids come from the owner of the session's section.
+        #[arg(long, conflicts_with = "session_hash")]
+        session: Option<String>,
+        /// rongcloud: the 22-bit session hash itself, instead of --session.
+        #[arg(long)]
+        session_hash: Option<u64>,
     },
     /// Decode an id of SCHEME: time (RFC 3339 and raw units), worker, business or session
     /// fields, sequence, canonical text and the layout. Needs no server and no certificate:

@@ -172,6 +172,7 @@ fn use_admin_identity(tls: &TlsConfig) {
 
 /// The id schemes every test cluster serves: each of the five, under its own name, with
 /// `uid-generator` on a 2025 epoch (its default one ran out in 2024) and 30 bits of seconds.
+/// [`Cluster::start`] routes `rongcloud`'s sessions over the uids of every set.
 pub fn test_ids_config() -> seqsvr_core::config::IdsConfig {
     use seqsvr_core::config::{IdSchemeConfig, IdsConfig};
     use seqsvr_core::idscheme::Scheme;
@@ -183,6 +184,8 @@ pub fn test_ids_config() -> seqsvr_core::config::IdsConfig {
         worker_bits: None,
         seq_bits: None,
         workers_per_set: None,
+        session_uid_begin: None,
+        session_uid_end: None,
     };
     let mut schemes = BTreeMap::new();
     for scheme in [Scheme::Snowflake, Scheme::Weibo, Scheme::UuidV7, Scheme::RongCloud] {
@@ -199,6 +202,24 @@ pub fn test_ids_config() -> seqsvr_core::config::IdsConfig {
         },
     );
     IdsConfig { schemes, ..IdsConfig::default() }
+}
+
+/// `ids` with every `rongcloud` scheme that leaves its session uid range to the default
+/// (`[0, 2^26)`, far beyond a test cluster's uids, which the AllocSvrs would refuse) routing its
+/// sessions by uids `[0, uid_end)`: the uids of every set, so sessions spread over all of them.
+fn sessions_on_every_set(
+    ids: &seqsvr_core::config::IdsConfig,
+    uid_end: u64,
+) -> seqsvr_core::config::IdsConfig {
+    let mut ids = ids.clone();
+    for scheme in ids.schemes.values_mut() {
+        let unset = scheme.session_uid_begin.is_none() && scheme.session_uid_end.is_none();
+        if scheme.scheme == seqsvr_core::idscheme::Scheme::RongCloud && unset {
+            scheme.session_uid_begin = Some(0);
+            scheme.session_uid_end = Some(uid_end);
+        }
+    }
+    ids
 }
 
 /// A free TCP port on 127.0.0.1, never handed out twice by this process.
@@ -422,7 +443,7 @@ impl Cluster {
             alloc: options.alloc.clone(),
             sets,
             tls: options.tls.then(|| test_tls_config(options.sets)),
-            ids: options.ids.clone(),
+            ids: sessions_on_every_set(&options.ids, options.sets * span),
         };
         config.validate().expect("test cluster config is valid");
         match &config.tls {

@@ -2,18 +2,21 @@
 //! them.
 //!
 //! Each call is recorded like a `next` of [`crate::history`]: invocation and completion on the
-//! run's monotonic clock, the AllocSvr asked, and one outcome: `ok` (the answer's worker id and
-//! its ids, 128-bit values for `uuidv7`), `malformed` (an answer arrived but does not hold the
-//! scheme's ids: a broken promise of its own), `fail` (refused) or `unknown` (timed out, lost).
+//! run's monotonic clock, the AllocSvr asked, the session asked for (`rongcloud`), and one
+//! outcome: `ok` (the answer's worker id and its ids, 128-bit values for `uuidv7` and 80-bit ones
+//! for `rongcloud`), `malformed` (an answer arrived but does not hold the scheme's ids: a broken
+//! promise of its own), `fail` (refused) or `unknown` (timed out, lost).
 //! The checker verifies, over `ok` answers only:
 //! - **G1** no id is issued twice, per scheme, across the whole cluster (the whole id: all 128
 //!   bits of a `uuidv7`);
-//! - **G2** ids carrying the same worker id (decoded with the scheme's layout, not taken from the
-//!   answer) strictly increase in real time: when call A completed before call B was invoked,
-//!   every id of B with that worker is above every id of A with it; within one answer every id
+//! - **G2** ids carrying the same worker id — for `rongcloud`, which has no worker, the same
+//!   session (type, hash) — (decoded with the scheme's layout, not taken from the answer)
+//!   strictly increase in real time: when call A completed before call B was invoked, every id
+//!   of B with that worker (session) is above every id of A with it; within one answer every id
 //!   is above the one before it;
 //! - each answer is well formed: as many ids as asked for, each decodes with the layout, and
-//!   each carries the worker id the answer names.
+//!   each carries the worker id the answer names (`rongcloud`: the answer names worker 0 and
+//!   each id carries the session asked for).
 //!
 //! `weibo` ids of one worker are compared with the business field zeroed: the AllocSvr keeps one
 //! generator per worker id (one `(time, sequence)` stamp that only grows), and the business
@@ -46,10 +49,86 @@ pub struct IdCall {
     pub scheme: String,
     pub count: u32,
     pub business: u64,
+    /// `rongcloud`: the session asked for (absent for the other schemes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<CallSession>,
     /// Nanoseconds since the run started, on the clock of the seq history.
     pub invoke_ns: u64,
     pub complete_ns: u64,
     pub outcome: IdOutcome,
+}
+
+/// The session of a `rongcloud` call.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallSession {
+    pub session_type: u32,
+    /// The session id sent as text; empty when `session_hash` itself was sent.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub session_id: String,
+    /// The 22-bit hash sent, or that of `session_id`: what the ids must carry.
+    pub session_hash: u64,
+}
+
+impl CallSession {
+    pub fn key(&self) -> SessionKey {
+        SessionKey { session_type: u64::from(self.session_type), session_hash: self.session_hash }
+    }
+}
+
+/// A `rongcloud` session as its ids carry it: G2 orders its ids as it orders a worker's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct SessionKey {
+    pub session_type: u64,
+    pub session_hash: u64,
+}
+
+impl SessionKey {
+    fn of(fields: &Fields) -> SessionKey {
+        SessionKey { session_type: fields.session_type, session_hash: fields.session_hash }
+    }
+
+    /// `type << 22 | hash`, as the AllocSvrs route the session.
+    pub fn key(self) -> u64 {
+        self.session_type << 22 | self.session_hash
+    }
+}
+
+impl std::fmt::Display for SessionKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "session (type {}, hash {})", self.session_type, self.session_hash)
+    }
+}
+
+/// What G2 orders ids within: a worker id, or a session of a scheme without workers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Group {
+    Worker(u64),
+    Session(SessionKey),
+}
+
+impl Group {
+    fn worker(self) -> Option<u64> {
+        match self {
+            Group::Worker(w) => Some(w),
+            Group::Session(_) => None,
+        }
+    }
+
+    fn session(self) -> Option<SessionKey> {
+        match self {
+            Group::Worker(_) => None,
+            Group::Session(s) => Some(s),
+        }
+    }
+}
+
+impl std::fmt::Display for Group {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Group::Worker(w) => write!(f, "worker {w}"),
+            Group::Session(s) => s.fmt(f),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,9 +150,9 @@ pub enum IdOutcome {
 }
 
 impl IdOutcome {
-    /// Reads an answer of a `scheme` call: the 64-bit schemes answer in `ids`, `uuidv7` in
-    /// `ids128` (16 bytes each, big-endian). Anything else is [`IdOutcome::Malformed`], never a
-    /// panic: the answer is network input.
+    /// Reads an answer of a `scheme` call: the 64-bit schemes answer in `ids`, `uuidv7` and
+    /// `rongcloud` in `ids128` (16 bytes each, big-endian). Anything else is
+    /// [`IdOutcome::Malformed`], never a panic: the answer is network input.
     pub fn of_answer(scheme: Scheme, answer: &pb::NextIdsResponse) -> IdOutcome {
         let malformed = |reason: String| IdOutcome::Malformed { reason };
         match scheme.id_bits() {
@@ -87,10 +166,10 @@ impl IdOutcome {
                 let ids = answer.ids.iter().map(|&id| u128::from(id)).collect();
                 IdOutcome::Ok { worker_id: answer.worker_id, ids }
             }
-            128 => {
+            80 | 128 => {
                 if !answer.ids.is_empty() {
                     return malformed(format!(
-                        "{scheme} ids are 128-bit but the answer has {} 64-bit ids",
+                        "{scheme} ids are wider than 64 bits but the answer has {} 64-bit ids",
                         answer.ids.len()
                     ));
                 }
@@ -112,7 +191,8 @@ impl IdOutcome {
 }
 
 /// Ids in JSON: a number when it fits in a `u64` (the 64-bit schemes), else the 8-4-4-4-12 hex
-/// form (`uuidv7`), so the file stays readable and no JSON reader rounds a 128-bit number.
+/// form (`uuidv7`, `rongcloud`), so the file stays readable and no JSON reader rounds a 128-bit
+/// number.
 mod wire_ids {
     use serde::de::Error as _;
     use serde::ser::SerializeSeq;
@@ -166,7 +246,8 @@ fn hex128(id: u128) -> String {
 pub enum IdViolationKind {
     /// G1: an id issued twice.
     Duplicate,
-    /// G2: a call invoked after another completed issued a lower id with the same worker id.
+    /// G2: a call invoked after another completed issued a lower id with the same worker id
+    /// (`rongcloud`: of the same session).
     WentBack,
     /// G2: an answer's ids are not strictly increasing.
     NotIncreasing,
@@ -178,14 +259,25 @@ impl IdViolationKind {
     pub fn label(self) -> &'static str {
         match self {
             IdViolationKind::Duplicate => "G1 duplicate id",
-            IdViolationKind::WentBack => "G2 worker went back",
+            IdViolationKind::WentBack => "G2 worker or session went back",
             IdViolationKind::NotIncreasing => "G2 not increasing within an answer",
             IdViolationKind::Malformed => "malformed answer",
         }
     }
 
-    /// The `kind` of the violation in the seq report (see [`IdReport::mirror_into`]).
-    fn mirror_label(self) -> &'static str {
+    /// The `kind` of the violation in the seq report (see [`IdReport::mirror_into`]); `session`:
+    /// the violation is a `rongcloud` session's, whose key stands for the uid.
+    fn mirror_label(self, session: bool) -> &'static str {
+        if session {
+            return match self {
+                IdViolationKind::Duplicate => "ids: G1 duplicate id (uid = its session key)",
+                IdViolationKind::WentBack => "ids: G2 session went back (uid = the session key)",
+                IdViolationKind::NotIncreasing => {
+                    "ids: G2 not increasing within an answer (uid = the session key)"
+                }
+                IdViolationKind::Malformed => "ids: malformed answer (uid = its session key)",
+            };
+        }
         match self {
             IdViolationKind::Duplicate => "ids: G1 duplicate id (uid = its worker id)",
             IdViolationKind::WentBack => "ids: G2 worker went back (uid = the worker id)",
@@ -204,6 +296,9 @@ pub struct IdViolation {
     pub kind: IdViolationKind,
     pub scheme: String,
     pub worker: Option<u64>,
+    /// `rongcloud`: the session whose ids broke the promise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionKey>,
     pub earlier_call: Option<usize>,
     pub later_call: usize,
     /// The ids in question, in the scheme's text form.
@@ -227,6 +322,10 @@ pub struct SchemeTally {
     /// Worker ids seen in answers of more than one AllocSvr: handed over (a holder's lease ran
     /// out and another leased the id), so G2 held across holders.
     pub workers_on_several_allocs: u64,
+    /// `rongcloud`: distinct sessions seen in the ids.
+    pub sessions: u64,
+    /// Sessions served by more than one AllocSvr: their section changed owner.
+    pub sessions_on_several_allocs: u64,
     /// The last error of a failed or unknown call, to say why a scheme was never served.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
@@ -256,9 +355,14 @@ impl IdReport {
             self.n_ok, self.n_ids, self.n_fail, self.n_unknown, self.n_malformed
         );
         for (name, s) in &self.by_scheme {
+            let (n, what, several) = match s.sessions {
+                0 => (s.workers, "worker ids", s.workers_on_several_allocs),
+                _ => (s.sessions, "sessions", s.sessions_on_several_allocs),
+            };
             t.push_str(&format!(
-                "| ids: {name} | {} ok calls, {} ids, {} worker ids ({} on several AllocSvrs) |\n",
-                s.calls_ok, s.ids, s.workers, s.workers_on_several_allocs
+                "| ids: {name} | {} ok calls, {} ids, {n} {what} ({several} on several AllocSvrs) \
+                 |\n",
+                s.calls_ok, s.ids
             ));
         }
         t.push_str(&format!("| id violations | {} |\n", self.violations.len()));
@@ -276,9 +380,10 @@ impl IdReport {
 
     /// Adds one violation per id violation to the seq history's report, so that a run with id
     /// violations fails exactly as one with seq violations does (`Report::is_valid`, the exit
-    /// status of `seqcheck nemesis`). The mirrored entry's `uid` is the worker id (`u64::MAX`
-    /// when there is none), its values the ids (the high 64 bits of a 128-bit id: its time and
-    /// counter), its operations the calls' times with the full `message` as their outcome (an
+    /// status of `seqcheck nemesis`). The mirrored entry's `uid` is the worker id, or the session
+    /// key of a `rongcloud` session (`u64::MAX` when there is neither), its values the ids (the
+    /// high 64 bits of a wider one: a 128-bit id's time and counter, an 80-bit one's time and
+    /// sequence), its operations the calls' times with the full `message` as their outcome (an
     /// `unknown` outcome: `seqcheck` prints it with the violation; nothing checks it again).
     pub fn mirror_into(&self, report: &mut history::Report, calls: &[IdCall]) {
         for v in &self.violations {
@@ -295,8 +400,8 @@ impl IdReport {
             };
             let later = op(v.later_call);
             report.violations.push(history::Violation {
-                uid: v.worker.unwrap_or(u64::MAX),
-                kind: v.kind.mirror_label(),
+                uid: v.worker.or(v.session.map(SessionKey::key)).unwrap_or(u64::MAX),
+                kind: v.kind.mirror_label(v.session.is_some()),
                 earlier: v.earlier_call.map_or_else(|| later.clone(), op),
                 earlier_value: v.raw.0.map_or(0, value64),
                 later,
@@ -306,13 +411,14 @@ impl IdReport {
     }
 }
 
-/// A 64-bit id as is; a 128-bit one as its high 64 bits.
+/// A 64-bit id as is; an 80-bit or 128-bit one as its high 64 bits.
 fn value64(id: u128) -> u64 {
-    u64::try_from(id).unwrap_or((id >> 64) as u64)
+    let shift = if id >> 80 == 0 { 16 } else { 64 };
+    u64::try_from(id).unwrap_or((id >> shift) as u64)
 }
 
-/// The key G2 orders one worker's ids by: the id, with the business field zeroed where the
-/// layout has one (see the module doc).
+/// The key G2 orders one worker's (session's) ids by: the id, with the business field zeroed
+/// where the layout has one (see the module doc).
 fn order_key(layout: &Layout, fields: &Fields, id: u128) -> u128 {
     if layout.width(Part::Business) == 0 {
         return id;
@@ -320,7 +426,7 @@ fn order_key(layout: &Layout, fields: &Fields, id: u128) -> u128 {
     layout.encode(&Fields { business: 0, ..*fields }).unwrap_or(id)
 }
 
-/// One call's ids of one worker, for the G2 sweep.
+/// One call's ids of one worker or session, for the G2 sweep.
 #[derive(Clone, Copy)]
 struct Point {
     call: usize,
@@ -380,18 +486,19 @@ pub fn check(calls: &[IdCall], layouts: &BTreeMap<String, Layout>) -> IdReport {
     let mut report = IdReport::default();
     // G1: per scheme, id → the first call that issued it.
     let mut issued: HashMap<&str, HashMap<u128, usize>> = HashMap::new();
-    // G2: per (scheme, worker), one point per call.
-    let mut points: BTreeMap<(&str, u64), Vec<Point>> = BTreeMap::new();
-    // Per (scheme, worker): the AllocSvrs that answered with it.
-    let mut holders: BTreeMap<(&str, u64), BTreeSet<&str>> = BTreeMap::new();
+    // G2: per (scheme, worker or session), one point per call.
+    let mut points: BTreeMap<(&str, Group), Vec<Point>> = BTreeMap::new();
+    // Per (scheme, worker or session): the AllocSvrs that answered with it.
+    let mut holders: BTreeMap<(&str, Group), BTreeSet<&str>> = BTreeMap::new();
     let mut violations = Vec::new();
     for (i, call) in calls.iter().enumerate() {
         let scheme = call.scheme.as_str();
         let tally = report.by_scheme.entry(call.scheme.clone()).or_default();
-        let malformed = |worker: Option<u64>, id: Option<u128>, why: String| IdViolation {
+        let malformed = |group: Option<Group>, id: Option<u128>, why: String| IdViolation {
             kind: IdViolationKind::Malformed,
             scheme: call.scheme.clone(),
-            worker,
+            worker: group.and_then(Group::worker),
+            session: group.and_then(Group::session),
             earlier_call: None,
             later_call: i + 1,
             earlier_id: None,
@@ -430,24 +537,37 @@ pub fn check(calls: &[IdCall], layouts: &BTreeMap<String, Layout>) -> IdReport {
             violations.push(malformed(None, None, why));
             continue;
         };
+        // Who the answer says issued its ids: its worker id, or the session asked for.
+        let sessions = layout.scheme() == Scheme::RongCloud;
+        let named = match (&call.session, sessions) {
+            (_, false) => Some(Group::Worker(worker_id)),
+            (Some(session), true) => Some(Group::Session(session.key())),
+            (None, true) => None,
+        };
+        if sessions && worker_id != 0 {
+            let why = format!("{scheme} has no worker id but the answer names worker {worker_id}");
+            violations.push(malformed(named, None, why));
+        }
         if ids.len() != call.count as usize {
             let why = format!("asked for {} ids, got {}", call.count, ids.len());
-            violations.push(malformed(Some(worker_id), None, why));
+            violations.push(malformed(named, None, why));
         }
-        let mut mine: BTreeMap<u64, Point> = BTreeMap::new();
+        let mut mine: BTreeMap<Group, Point> = BTreeMap::new();
         for (pos, &id) in ids.iter().enumerate() {
             if pos > 0 && id <= ids[pos - 1] {
+                let who = named.map_or_else(|| "no session named".to_string(), |g| g.to_string());
                 violations.push(IdViolation {
                     kind: IdViolationKind::NotIncreasing,
                     scheme: call.scheme.clone(),
-                    worker: Some(worker_id),
+                    worker: named.and_then(Group::worker),
+                    session: named.and_then(Group::session),
                     earlier_call: Some(i + 1),
                     later_call: i + 1,
                     earlier_id: Some(id_text(layout, ids[pos - 1])),
                     later_id: Some(id_text(layout, id)),
                     message: format!(
-                        "G2 not increasing within {} ({scheme}, worker {worker_id}): id {} at \
-                         position {pos} after {}",
+                        "G2 not increasing within {} ({scheme}, {who}): id {} at position {pos} \
+                         after {}",
                         describe(calls, i),
                         describe_id(layout, id),
                         describe_id(layout, ids[pos - 1])
@@ -459,21 +579,21 @@ pub fn check(calls: &[IdCall], layouts: &BTreeMap<String, Layout>) -> IdReport {
                 Ok(f) => f,
                 Err(e) => {
                     let why = format!("id {} at position {pos} does not decode: {e}", hex128(id));
-                    violations.push(malformed(Some(worker_id), Some(id), why));
+                    violations.push(malformed(named, Some(id), why));
                     continue;
                 }
             };
-            let Some(worker) = worker_of(layout, &fields) else {
-                let why = format!("{scheme} ids carry no worker id: not a NextIds scheme");
-                violations.push(malformed(None, Some(id), why));
-                continue;
+            let group = match worker_of(layout, &fields) {
+                Some(worker) => Group::Worker(worker),
+                None => Group::Session(SessionKey::of(&fields)),
             };
-            if worker != worker_id {
-                let why = format!(
-                    "the answer names worker {worker_id} but id {} carries worker {worker}",
-                    describe_id(layout, id)
-                );
-                violations.push(malformed(Some(worker), Some(id), why));
+            if let Some(asked) = named.filter(|&g| g != group) {
+                let says = match asked {
+                    Group::Worker(w) => format!("the answer names worker {w}"),
+                    Group::Session(s) => format!("the call asked for {s}"),
+                };
+                let why = format!("{says} but id {} carries {group}", describe_id(layout, id));
+                violations.push(malformed(Some(group), Some(id), why));
             }
             // G1.
             let first = issued.entry(scheme).or_default().entry(id).or_insert(i);
@@ -482,14 +602,15 @@ pub fn check(calls: &[IdCall], layouts: &BTreeMap<String, Layout>) -> IdReport {
                 violations.push(IdViolation {
                     kind: IdViolationKind::Duplicate,
                     scheme: call.scheme.clone(),
-                    worker: Some(worker),
+                    worker: group.worker(),
+                    session: group.session(),
                     earlier_call: Some(j + 1),
                     later_call: i + 1,
                     earlier_id: Some(id_text(layout, id)),
                     later_id: Some(id_text(layout, id)),
                     message: format!(
-                        "G1 duplicate id {} ({scheme}, worker {worker}) issued by calls #{} and \
-                         #{}: {} and {}",
+                        "G1 duplicate id {} ({scheme}, {group}) issued by calls #{} and #{}: {} \
+                         and {}",
                         describe_id(layout, id),
                         j + 1,
                         i + 1,
@@ -500,7 +621,7 @@ pub fn check(calls: &[IdCall], layouts: &BTreeMap<String, Layout>) -> IdReport {
                 });
             }
             let key = (order_key(layout, &fields, id), id);
-            let p = mine.entry(worker).or_insert(Point {
+            let p = mine.entry(group).or_insert(Point {
                 call: i,
                 invoke_ns: call.invoke_ns,
                 complete_ns: call.complete_ns,
@@ -510,21 +631,28 @@ pub fn check(calls: &[IdCall], layouts: &BTreeMap<String, Layout>) -> IdReport {
             p.min = p.min.min(key);
             p.max = p.max.max(key);
         }
-        for (worker, p) in mine {
-            points.entry((scheme, worker)).or_default().push(p);
-            holders.entry((scheme, worker)).or_default().insert(call.alloc.as_str());
+        for (group, p) in mine {
+            points.entry((scheme, group)).or_default().push(p);
+            holders.entry((scheme, group)).or_default().insert(call.alloc.as_str());
         }
     }
-    for ((scheme, _), allocs) in &holders {
+    for ((scheme, group), allocs) in &holders {
         let tally = report.by_scheme.entry(scheme.to_string()).or_default();
-        tally.workers += 1;
-        if allocs.len() > 1 {
-            tally.workers_on_several_allocs += 1;
+        let several = allocs.len() > 1;
+        match group {
+            Group::Worker(_) => {
+                tally.workers += 1;
+                tally.workers_on_several_allocs += u64::from(several);
+            }
+            Group::Session(_) => {
+                tally.sessions += 1;
+                tally.sessions_on_several_allocs += u64::from(several);
+            }
         }
     }
-    // G2 across calls: sweep one worker's calls by invocation, keeping the largest id among the
-    // calls that completed strictly before.
-    for ((scheme, worker), list) in &points {
+    // G2 across calls: sweep one worker's (session's) calls by invocation, keeping the largest
+    // id among the calls that completed strictly before.
+    for ((scheme, group), list) in &points {
         let Some(layout) = layouts.get(*scheme) else { continue };
         let mut by_invoke: Vec<&Point> = list.iter().collect();
         by_invoke.sort_by_key(|p| (p.invoke_ns, p.call));
@@ -549,14 +677,15 @@ pub fn check(calls: &[IdCall], layouts: &BTreeMap<String, Layout>) -> IdReport {
                 violations.push(IdViolation {
                     kind: IdViolationKind::WentBack,
                     scheme: scheme.to_string(),
-                    worker: Some(*worker),
+                    worker: group.worker(),
+                    session: group.session(),
                     earlier_call: Some(a.call + 1),
                     later_call: b.call + 1,
                     earlier_id: Some(id_text(layout, a.max.1)),
                     later_id: Some(id_text(layout, b.min.1)),
                     message: format!(
-                        "G2 worker {worker} went back ({scheme}): {} issued {} after {} had \
-                         issued {}{zeroed}",
+                        "G2 {group} went back ({scheme}): {} issued {} after {} had issued \
+                         {}{zeroed}",
                         describe(calls, b.call),
                         describe_id(layout, b.min.1),
                         describe(calls, a.call),
@@ -603,7 +732,7 @@ mod tests {
     const NOW_MS: u64 = 1_750_000_000_000;
 
     fn layouts() -> BTreeMap<String, Layout> {
-        [Scheme::Snowflake, Scheme::Weibo, Scheme::UuidV7]
+        [Scheme::Snowflake, Scheme::Weibo, Scheme::UuidV7, Scheme::RongCloud]
             .into_iter()
             .map(|s| (s.name().to_string(), LayoutSpec::of(s).load(NOW_MS).unwrap()))
             .collect()
@@ -628,10 +757,33 @@ mod tests {
             scheme: scheme.name().into(),
             count: ids.len() as u32,
             business: 0,
+            session: None,
             invoke_ns: invoke_ms * 1_000_000,
             complete_ns: complete_ms * 1_000_000,
             outcome: IdOutcome::Ok { worker_id: worker, ids },
         }
+    }
+
+    const RC: Scheme = Scheme::RongCloud;
+
+    /// The id session (`session_type`, `session_hash`) gets at `(time, sequence)`.
+    fn rc_id(session: (u32, u64), time: u64, sequence: u64) -> u128 {
+        let fields = seqsvr_core::idscheme::session_fields(
+            Stamp { time: NOW_MS + time, sequence },
+            u64::from(session.0),
+            session.1,
+        );
+        layouts()[RC.name()].encode(&fields).unwrap()
+    }
+
+    /// A `rongcloud` call of `session` (sent as its hash), answered with `ids` and worker 0.
+    fn ok_rc(session: (u32, u64), invoke_ms: u64, complete_ms: u64, ids: Vec<u128>) -> IdCall {
+        let session = CallSession {
+            session_type: session.0,
+            session_id: String::new(),
+            session_hash: session.1,
+        };
+        IdCall { session: Some(session), ..ok(RC, 0, invoke_ms, complete_ms, ids) }
     }
 
     fn kinds(r: &IdReport) -> Vec<IdViolationKind> {
@@ -873,6 +1025,127 @@ mod tests {
         assert!(r.table_rows().contains("| id violations | 2 |"));
     }
 
+    const S1: (u32, u64) = (3, 77);
+    const S2: (u32, u64) = (1, 4_000_000);
+
+    #[test]
+    fn sequential_calls_of_one_session_pass_and_are_counted() {
+        let calls = vec![
+            ok_rc(S1, 0, 10, vec![rc_id(S1, 100, 0), rc_id(S1, 100, 1)]),
+            ok_rc(S1, 20, 30, vec![rc_id(S1, 100, 2)]),
+            ok_rc(S1, 40, 50, vec![rc_id(S1, 250, 0), rc_id(S1, 250, 1), rc_id(S1, 251, 0)]),
+        ];
+        let r = check(&calls, &layouts());
+        assert!(r.is_valid(), "{:#?}", r.violations);
+        assert_eq!((r.n_ok, r.n_ids), (3, 6));
+        let t = &r.by_scheme["rongcloud"];
+        assert_eq!((t.sessions, t.workers, t.ids), (1, 0, 6), "grouped by session: {t:?}");
+        assert!(r.table_rows().contains("| ids: rongcloud | 3 ok calls, 6 ids, 1 sessions"));
+    }
+
+    #[test]
+    fn a_session_going_back_across_calls_is_found_and_named() {
+        let calls = vec![
+            ok_rc(S1, 0, 10, vec![rc_id(S1, 500, 0)]),
+            // Another session in between changes nothing.
+            ok_rc(S2, 12, 14, vec![rc_id(S2, 1, 0)]),
+            // Its section's new owner started below the time the old one had used.
+            ok_rc(S1, 20, 30, vec![rc_id(S1, 400, 0), rc_id(S1, 400, 1)]),
+        ];
+        let r = check(&calls, &layouts());
+        assert_eq!(kinds(&r), vec![IdViolationKind::WentBack], "{:#?}", r.violations);
+        let v = &r.violations[0];
+        let s1 = SessionKey { session_type: 3, session_hash: 77 };
+        assert_eq!(
+            (v.earlier_call, v.later_call, v.worker, v.session),
+            (Some(1), 3, None, Some(s1))
+        );
+        assert!(
+            v.message.starts_with("G2 session (type 3, hash 77) went back (rongcloud)"),
+            "{}",
+            v.message
+        );
+        // Equal is not above either.
+        let again = vec![calls[0].clone(), ok_rc(S1, 20, 30, vec![rc_id(S1, 500, 0)])];
+        let r = check(&again, &layouts());
+        assert!(kinds(&r).contains(&IdViolationKind::WentBack), "{:#?}", r.violations);
+        // Mirrored into the seq report under the session's key.
+        let mut seq = history::check(&[]);
+        r.mirror_into(&mut seq, &again);
+        assert_eq!(seq.violations.len(), 2, "a duplicate that also goes back");
+        assert!(seq.violations.iter().all(|m| m.uid == 3 << 22 | 77), "{:?}", seq.violations);
+        assert!(seq.violations.iter().any(|m| m.kind.contains("session went back")));
+        let time_and_sequence = (rc_id(S1, 500, 0) >> 16) as u64;
+        assert!(seq.violations.iter().all(|m| m.later_value == time_and_sequence));
+    }
+
+    #[test]
+    fn different_sessions_interleave_freely() {
+        // The same hash under another type is another session.
+        let s3 = (S1.0 + 1, S1.1);
+        let calls = vec![
+            ok_rc(S1, 0, 10, vec![rc_id(S1, 900, 0)]),
+            ok_rc(S2, 20, 30, vec![rc_id(S2, 100, 0)]),
+            ok_rc(s3, 25, 35, vec![rc_id(s3, 50, 0)]),
+            ok_rc(S1, 40, 50, vec![rc_id(S1, 901, 0)]),
+            ok_rc(S2, 60, 70, vec![rc_id(S2, 101, 0)]),
+            ok_rc(s3, 60, 70, vec![rc_id(s3, 51, 0)]),
+        ];
+        let r = check(&calls, &layouts());
+        assert!(r.is_valid(), "{:#?}", r.violations);
+        assert_eq!(r.by_scheme["rongcloud"].sessions, 3);
+    }
+
+    #[test]
+    fn a_duplicate_across_session_calls_is_found() {
+        let dup = rc_id(S1, 100, 5);
+        // Concurrent calls, so only G1 can catch it.
+        let calls = vec![
+            ok_rc(S1, 0, 30, vec![rc_id(S1, 100, 4), dup]),
+            ok_rc(S1, 10, 40, vec![dup, rc_id(S1, 100, 6)]),
+        ];
+        let r = check(&calls, &layouts());
+        assert_eq!(kinds(&r), vec![IdViolationKind::Duplicate], "{:#?}", r.violations);
+        let v = &r.violations[0];
+        assert_eq!((v.earlier_call, v.later_call), (Some(1), 2));
+        assert_eq!(v.session, Some(SessionKey { session_type: 3, session_hash: 77 }));
+        assert!(v.message.contains("(rongcloud, session (type 3, hash 77))"), "{}", v.message);
+        // A concurrent call of another session answered with that id: a duplicate, and not the
+        // session asked for.
+        let mut bad = calls.clone();
+        bad.push(ok_rc(S2, 5, 60, vec![dup]));
+        let r = check(&bad, &layouts());
+        use IdViolationKind::{Duplicate, Malformed};
+        assert_eq!(kinds(&r), vec![Duplicate, Duplicate, Malformed], "{:#?}", r.violations);
+        assert!(r.violations[1].message.contains("issued by calls #1 and #3"));
+    }
+
+    #[test]
+    fn a_session_answer_must_carry_the_session_and_no_worker() {
+        let other = ok_rc(S1, 0, 1, vec![rc_id(S2, 1, 0)]);
+        let worker = IdCall {
+            outcome: IdOutcome::Ok { worker_id: 5, ids: vec![rc_id(S1, 2, 0)] },
+            ..ok_rc(S1, 2, 3, vec![rc_id(S1, 2, 0)])
+        };
+        let r = check(&[other, worker], &layouts());
+        assert_eq!(kinds(&r), vec![IdViolationKind::Malformed; 2], "{:#?}", r.violations);
+        let m = &r.violations[0].message;
+        assert!(m.contains("the call asked for session (type 3, hash 77) but id "), "{m}");
+        assert!(m.ends_with("carries session (type 1, hash 4000000)"), "{m}");
+        let m = &r.violations[1].message;
+        assert!(m.ends_with("rongcloud has no worker id but the answer names worker 5"), "{m}");
+        // Answers in ids128, 16 bytes each; 64-bit ids are not rongcloud's.
+        let id = rc_id(S1, 3, 0);
+        let mut answer =
+            pb::NextIdsResponse { ids128: vec![id.to_be_bytes().to_vec()], ..Default::default() };
+        assert_eq!(
+            IdOutcome::of_answer(RC, &answer),
+            IdOutcome::Ok { worker_id: 0, ids: vec![id] }
+        );
+        answer.ids = vec![1];
+        assert!(matches!(IdOutcome::of_answer(RC, &answer), IdOutcome::Malformed { .. }));
+    }
+
     #[test]
     fn jsonl_round_trip_keeps_128_bit_ids() {
         let u = Scheme::UuidV7;
@@ -880,6 +1153,7 @@ mod tests {
             ok(SF, 3, 0, 10, vec![id(SF, 3, 1, 0), u128::from(u64::MAX)]),
             ok(u, 1, 0, 10, vec![id(u, 1, NOW_MS, 0)]),
             IdCall { outcome: IdOutcome::Unknown { reason: "x".into() }, ..ok(u, 1, 0, 1, vec![]) },
+            ok_rc(S1, 20, 30, vec![rc_id(S1, 1, 0)]),
         ];
         let mut buf = Vec::new();
         write_jsonl(&calls, &mut buf).unwrap();

@@ -8,9 +8,10 @@
 //! saw no successful call is reported: what a client felt during that step.
 //!
 //! Beside the sequence load, the nemesis's id load (unless `id_load` is off): `NextIds` of every
-//! scheme the cluster file serves, on every AllocSvr of the loaded sets, checked at the end for
-//! ids issued twice and ids of one worker id going back (G1, G2). A scheme that never got one id
-//! fails the run: its checks would be empty.
+//! scheme the cluster file serves (`rongcloud` included: a few sessions, each asked of its owner),
+//! on every AllocSvr of the loaded sets, checked at the end for ids issued twice and ids of one
+//! worker id or one session going back (G1, G2). A scheme that never got one id fails the run:
+//! its checks would be empty.
 
 use crate::history::{check, Operation, Outcome, Report};
 use crate::ids::IdReport;
@@ -201,7 +202,8 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<LoadSummary> {
         clients.push(Arc::new(SeqClient::connect(&seeds, cfg.connect_wait).await?));
     }
     let load = start_load(clients, uids, cfg.seed, t0);
-    let (mut id_schemes, id_layouts) = id_faults::served_schemes(&config.ids, &config.sets)?;
+    let (mut id_schemes, id_layouts) =
+        id_faults::served_schemes(&config.ids, &config.sets, cfg.seed)?;
     if !cfg.id_load {
         id_schemes.clear(); // no id load, and no scheme is required to have been served
     }

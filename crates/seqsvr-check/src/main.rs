@@ -88,7 +88,7 @@ enum Command {
         #[arg(long, env = "SEQSVR_TLS_KEY")]
         tls_key: Option<PathBuf>,
         /// Run without the id load (NextIds of every served scheme on every loaded AllocSvr,
-        /// checked for ids issued twice and for ids of one worker id going back).
+        /// checked for ids issued twice and for ids of one worker id or session going back).
         #[arg(long)]
         no_id_load: bool,
     },

@@ -420,7 +420,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Summary> {
     let load = start_load(clients, uids, cfg.seed, t0);
     // ---- ids (issue 10): the id load on every AllocSvr of every set ----
     let (mut id_schemes, id_layouts) =
-        id_faults::served_schemes(&cluster.config.ids, &cluster.config.sets)?;
+        id_faults::served_schemes(&cluster.config.ids, &cluster.config.sets, cfg.seed)?;
     if !cfg.id_load {
         id_schemes.clear(); // no id load, and no scheme is required to have been served
     }

@@ -15,12 +15,17 @@
 //! off by [`RetryPolicy::STANDARD`], asks for fresh route tables and tries another round, never
 //! past the caller's deadline. Every other code is the final answer and is returned at once:
 //! INVALID_ARGUMENT (a count or business number that does not fit), NOT_FOUND (no scheme of that
-//! name in the cluster config), UNIMPLEMENTED (rongcloud, or a server without the service),
+//! name in the cluster config), UNIMPLEMENTED (a server without the service),
 //! RESOURCE_EXHAUSTED (every worker id of the scheme held, or its time field run out; retrying
 //! would only add load), and an answer that breaks the service's promises (INTERNAL).
 //!
+//! **RongCloud sessions** ([`IdClient::next_session_ids`]) are served only by the owner of the
+//! session's section: the client asks it directly once it knows the session's uid (from the
+//! cluster config, or an earlier answer) and its route; any other AllocSvr answers NOT_OWNER
+//! with the uid (and its route table), which the client follows.
+//!
 //! **Ordering.** The ids of one answer strictly increase and carry one worker id; the ids of one
-//! worker id strictly increase over all answers, whoever held it. Ids from different AllocSvrs
+//! worker id (of one `rongcloud` session) strictly increase over all answers, whoever issued them. Ids from different AllocSvrs
 //! are unique but not ordered with each other.
 
 use crate::retry::{retryable, RetryPolicy};
@@ -206,7 +211,84 @@ pub struct IdClient {
     cursor: AtomicUsize,
     /// Per AllocSvr address: its channel and the TLS identity generation it was built under.
     channels: Mutex<HashMap<String, (Channel, u64)>>,
+    /// The cluster's `[ids]` when built from the config: `rongcloud` sessions are then routed
+    /// to their owner from the first call.
+    ids_config: Option<IdsConfig>,
+    /// `rongcloud`: (scheme, session key) → the uid the session is routed by, as AllocSvrs
+    /// answered (bounded: cleared when full).
+    session_uids: Mutex<HashMap<(String, u64), u64>>,
 }
+
+/// The most session uids an [`IdClient`] remembers.
+const SESSION_UIDS_MAX: usize = 1 << 16;
+/// The most NOT_OWNER redirects one session call follows before it backs off.
+const SESSION_REDIRECTS_MAX: u32 = 8;
+
+/// A RongCloud session: its type (0..=15) and its id, as text (hashed as seed 000 says:
+/// [`idscheme::session_hash_of`]) or as the 22-bit hash itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Session {
+    pub session_type: u32,
+    pub id: SessionId,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SessionId {
+    Text(String),
+    Hash(u64),
+}
+
+impl Session {
+    /// The 22-bit session hash.
+    pub fn hash(&self) -> u64 {
+        match &self.id {
+            SessionId::Text(text) => idscheme::session_hash_of(text),
+            SessionId::Hash(hash) => *hash,
+        }
+    }
+
+    /// `type << 22 | hash`, or INVALID_ARGUMENT if a field does not fit.
+    pub fn key(&self) -> Result<u64, Status> {
+        idscheme::session_key(u64::from(self.session_type), self.hash()).ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "session type {} and hash {} must be below {} and {}",
+                self.session_type,
+                self.hash(),
+                idscheme::SESSION_TYPES,
+                idscheme::SESSION_HASHES
+            ))
+        })
+    }
+}
+
+/// The AllocSvr that serves `uid` in `tables`, if known.
+fn owner_addr(tables: &[pb::RouteTable], uid: u64) -> Option<String> {
+    let table = tables.iter().find(|t| t.uid_begin <= uid && uid < t.uid_end)?;
+    let section = uid / table.section_size.max(1);
+    let entry =
+        table.entries.iter().find(|e| e.section_begin <= section && section < e.section_end)?;
+    (!entry.addr.is_empty()).then(|| entry.addr.clone())
+}
+
+/// A NOT_OWNER answer to a session call: the uid the session is routed by, if it says.
+fn not_owner_uid(status: &Status) -> Option<Option<u64>> {
+    if status.code() != tonic::Code::FailedPrecondition
+        || !status.message().starts_with("NOT_OWNER")
+    {
+        return None;
+    }
+    Some(
+        status
+            .metadata()
+            .get(SESSION_UID_METADATA)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok()),
+    )
+}
+
+/// The metadata key of the uid a session is routed by, on NOT_OWNER answers (the AllocSvr's
+/// `sessions.rs`).
+pub const SESSION_UID_METADATA: &str = "x-seqsvr-session-uid";
 
 impl IdClient {
     /// A client of the AllocSvrs at `seeds` (`host:port`; any AllocSvr of any set). Nothing is
@@ -228,6 +310,8 @@ impl IdClient {
             tables: RwLock::new(Vec::new()),
             cursor: AtomicUsize::new(0),
             channels: Mutex::new(HashMap::new()),
+            ids_config: None,
+            session_uids: Mutex::new(HashMap::new()),
         })
     }
 
@@ -241,7 +325,16 @@ impl IdClient {
                  or give addresses to IdClient::new (e.g. from a store leader's route table)",
             ));
         }
-        IdClient::new(&seeds)
+        let mut client = IdClient::new(&seeds)?;
+        client.ids_config = Some(config.ids.clone());
+        Ok(client)
+    }
+
+    /// Routes `rongcloud` sessions by `ids` (the cluster config's `[ids]`) from the first call,
+    /// as [`IdClient::from_config`] does.
+    pub fn with_ids_config(mut self, ids: IdsConfig) -> IdClient {
+        self.ids_config = Some(ids);
+        self
     }
 
     /// Learns the AllocSvrs named in `tables` (e.g. [`crate::seq::SeqClient::route_tables`]);
@@ -331,6 +424,7 @@ impl IdClient {
                 scheme: scheme.to_string(),
                 count,
                 business,
+                ..Default::default()
             });
             request.set_timeout(timeout);
             async move {
@@ -339,6 +433,150 @@ impl IdClient {
             }
         })
         .await
+    }
+
+    /// `count` new `rongcloud` ids of `session`, strictly increasing (and above every id the
+    /// session had before), from the owner of the session's section. Asks the owner directly
+    /// when it knows the session's uid (from the cluster config, or an earlier answer) and
+    /// that uid's route; otherwise any AllocSvr, which answers NOT_OWNER with the uid and its
+    /// route table. Retries as [`IdClient::next_ids`], within `deadline`.
+    pub async fn next_session_ids(
+        &self,
+        scheme: &str,
+        count: u32,
+        session: &Session,
+        deadline: Duration,
+    ) -> Result<Ids, Status> {
+        if count == 0 {
+            return Err(Status::invalid_argument("count 0: ask for at least one id"));
+        }
+        let key = session.key()?;
+        let (session_id, session_hash) = match &session.id {
+            SessionId::Text(text) => (text.clone(), 0),
+            SessionId::Hash(hash) => (String::new(), *hash),
+        };
+        let request = pb::NextIdsRequest {
+            scheme: scheme.to_string(),
+            count,
+            business: 0,
+            session_type: session.session_type,
+            session_id,
+            session_hash,
+        };
+        let until = Instant::now() + deadline;
+        let mut backoff = RetryPolicy::STANDARD.backoff();
+        let mut redirects = 0;
+        loop {
+            let owner = self.session_uid(scheme, key).and_then(|uid| {
+                let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
+                owner_addr(&tables, uid)
+            });
+            let addrs = match owner {
+                Some(addr) if redirects < SESSION_REDIRECTS_MAX => vec![addr],
+                _ => {
+                    let mut addrs = self.addresses();
+                    let start = self.cursor.fetch_add(1, Ordering::Relaxed) % addrs.len();
+                    addrs.rotate_left(start);
+                    addrs
+                }
+            };
+            let mut failures: Vec<String> = Vec::new();
+            let mut last_code = tonic::Code::Unavailable;
+            let mut redirected = false;
+            for addr in &addrs {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                let mut client = match self.channel(addr) {
+                    Ok(channel) => id_client(channel),
+                    Err(status) => {
+                        failures.push(format!("{addr}: {}", describe(&status)));
+                        continue;
+                    }
+                };
+                let timeout = left.min(ATTEMPT_TIMEOUT_MAX);
+                let mut call = tonic::Request::new(request.clone());
+                call.set_timeout(timeout);
+                let status = match tokio::time::timeout(timeout, client.next_ids(call)).await {
+                    Ok(Ok(r)) => {
+                        let r = r.into_inner();
+                        self.remember_session_uid(scheme, key, r.session_uid);
+                        return ids_of(addr, r, count);
+                    }
+                    Ok(Err(status)) => status,
+                    Err(_) => Status::deadline_exceeded(format!(
+                        "no answer in {} ms",
+                        timeout.as_millis()
+                    )),
+                };
+                if let Some(uid) = not_owner_uid(&status) {
+                    if let Some(uid) = uid {
+                        self.remember_session_uid(scheme, key, uid);
+                    }
+                    if let Some(table) = crate::seq::route_table_of(&status) {
+                        self.learn_routes(&[table]);
+                    }
+                    redirects += 1;
+                    redirected = redirects <= SESSION_REDIRECTS_MAX;
+                    failures.push(format!("{addr}: {}", describe(&status)));
+                    if redirected
+                        && self.session_uid(scheme, key).is_some_and(|uid| {
+                            let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
+                            owner_addr(&tables, uid).is_some_and(|a| a != *addr)
+                        })
+                    {
+                        break; // ask the owner now
+                    }
+                    continue;
+                }
+                if !retryable(status.code()) {
+                    return Err(status);
+                }
+                last_code = status.code();
+                failures.push(format!("{addr}: {}", describe(&status)));
+            }
+            if redirected {
+                continue;
+            }
+            if !backoff.wait(until).await {
+                return Err(Status::new(
+                    last_code,
+                    format!(
+                        "no owner of the session answered within {} ms; last round: {}",
+                        deadline.as_millis(),
+                        failures.join("; ")
+                    ),
+                ));
+            }
+            redirects = 0;
+            let left = until.saturating_duration_since(Instant::now());
+            self.refresh_routes(left.min(REFRESH_TIMEOUT_MAX)).await;
+        }
+    }
+
+    /// The uid `rongcloud` session `key` of `scheme` is routed by, if known.
+    /// What the AllocSvrs answered comes first: a config here that differs from theirs must
+    /// not send every call to the wrong AllocSvr first.
+    fn session_uid(&self, scheme: &str, key: u64) -> Option<u64> {
+        let answered = {
+            let uids = self.session_uids.lock().unwrap_or_else(|e| e.into_inner());
+            uids.get(&(scheme.to_string(), key)).copied()
+        };
+        answered.or_else(|| {
+            let config = self.ids_config.as_ref()?.schemes.get(scheme)?;
+            let uids = config.session_uids();
+            (config.scheme == Scheme::RongCloud && uids.start < uids.end)
+                .then(|| config.session_uid(key))
+        })
+    }
+
+    fn remember_session_uid(&self, scheme: &str, key: u64, uid: u64) {
+        let mut uids = self.session_uids.lock().unwrap_or_else(|e| e.into_inner());
+        if uids.len() >= SESSION_UIDS_MAX {
+            uids.clear();
+        }
+        uids.insert((scheme.to_string(), key), uid);
     }
 
     /// One new id of `scheme` (business number 0; [`IdClient::next_ids`] for weibo's others).
@@ -1016,6 +1254,7 @@ mod tests {
                 ids,
                 ids128: vec![],
                 worker_id: fake.worker,
+                session_uid: 0,
             }))
         }
 
@@ -1229,7 +1468,7 @@ mod tests {
     #[tokio::test]
     async fn a_malformed_answer_is_internal_and_not_retried() {
         let answer = |ids: Vec<u64>, ids128: Vec<Vec<u8>>| {
-            Ok(pb::NextIdsResponse { ids, ids128, worker_id: 1 })
+            Ok(pb::NextIdsResponse { ids, ids128, worker_id: 1, session_uid: 0 })
         };
         let bad = [
             answer(vec![1, 2], vec![]),
@@ -1260,6 +1499,7 @@ mod tests {
             ids: vec![],
             ids128: vec![x.to_be_bytes().to_vec(), y.to_be_bytes().to_vec()],
             worker_id: 9,
+            session_uid: 0,
         }));
         let client = IdClient::new(&[serve(fake).await]).unwrap();
         let ids = client.next_ids("events", 2, 0, 2 * SECOND).await.unwrap();
@@ -1721,6 +1961,8 @@ mod tests {
             worker_bits: None,
             seq_bits: None,
             workers_per_set: None,
+            session_uid_begin: None,
+            session_uid_end: None,
         };
         ids.schemes.insert("orders".into(), config(Scheme::Snowflake));
         ids.schemes.insert("events".into(), config(Scheme::UuidV7));

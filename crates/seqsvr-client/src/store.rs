@@ -385,6 +385,37 @@ impl StoreClient {
         .map(|r| r.high_water_ms)
     }
 
+    /// Raises the session time mark of `rongcloud` scheme `scheme` for `section`, as its owner
+    /// at `lease_epoch`, to at least `up_to_ms`; answers the mark (before, after). A fenced
+    /// reservation (not the owner) is FAILED_PRECONDITION.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn reserve_session_time(
+        &self,
+        alloc: AllocId,
+        scheme: &str,
+        layout: &str,
+        section: SectionId,
+        lease_epoch: LeaseEpoch,
+        up_to_ms: u64,
+        deadline: Duration,
+    ) -> Result<(u64, u64), Status> {
+        let request = pb::ReserveSessionTimeRequest {
+            alloc_id: alloc.0,
+            scheme: scheme.to_string(),
+            layout: layout.to_string(),
+            section: section.0,
+            lease_epoch: lease_epoch.0,
+            up_to_ms,
+        };
+        self.call(deadline, |channel, timeout| {
+            let mut req = tonic::Request::new(request.clone());
+            req.set_timeout(timeout);
+            async move { store_client(channel).reserve_session_time(req).await }
+        })
+        .await
+        .map(|r| (r.before_ms, r.after_ms))
+    }
+
     /// Calls the leader's admin service (leases, route, move, drain), following redirects.
     pub async fn admin<T, F, Fut>(&self, deadline: Duration, attempt: F) -> Result<T, Status>
     where
@@ -622,6 +653,13 @@ mod tests {
         ) -> Result<Response<pb::ReserveTimeResponse>, Status> {
             Err(Status::unimplemented("test"))
         }
+
+        async fn reserve_session_time(
+            &self,
+            _: Request<pb::ReserveSessionTimeRequest>,
+        ) -> Result<Response<pb::ReserveSessionTimeResponse>, Status> {
+            Err(Status::unimplemented("test"))
+        }
     }
 
     /// A member that accepts TCP and reads nothing, as a SIGSTOPped process does.
@@ -727,6 +765,13 @@ mod tests {
             &self,
             _: Request<pb::ReserveTimeRequest>,
         ) -> Result<Response<pb::ReserveTimeResponse>, Status> {
+            self.0.redirect()
+        }
+
+        async fn reserve_session_time(
+            &self,
+            _: Request<pb::ReserveSessionTimeRequest>,
+        ) -> Result<Response<pb::ReserveSessionTimeResponse>, Status> {
             self.0.redirect()
         }
     }

@@ -480,6 +480,13 @@ impl AllocTable {
         self.refresh_wanting(sections);
     }
 
+    /// The lease epoch `section` is served under here, if it is ready (granted, loaded): the
+    /// owner of a section also issues the `rongcloud` ids of the sessions routed to it
+    /// (`allocsvr/src/ids.rs`), under the same lease and the same fencing.
+    pub fn serving_epoch(&self, section: SectionId) -> Result<LeaseEpoch, SeqError> {
+        self.ready_ref(section).map(|s| s.lease_epoch)
+    }
+
     /// The current sequence of `uid` without allocating: >= every value handed out for it and
     /// < the next one; 0 only if its section was never advanced.
     pub fn current(&self, uid: u64) -> Result<u64, SeqError> {

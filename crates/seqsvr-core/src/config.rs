@@ -108,6 +108,29 @@ pub struct IdSchemeConfig {
     /// one worker id to two sets (plan it for the most sets the scheme will ever serve).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers_per_set: Option<u64>,
+    /// `rongcloud` only: the uids its sessions are routed by, `[session_uid_begin,
+    /// session_uid_end)` (default `[0, 2^26)`, one uid per (type, hash) key). A session's ids
+    /// are issued by the owner of the section of its uid ([`session_uid`]),
+    /// so each session has one owner at a time, with the same leases and fencing as its uids'
+    /// sequences. Every uid of the range must belong to a set. Fixed for good once the scheme
+    /// issued ids (the store refuses a changed range like a changed layout): a session moved to
+    /// another section would start from that section's time mark, not its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_uid_begin: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_uid_end: Option<u64>,
+}
+
+/// The session keys of `rongcloud` (4-bit type + 22-bit hash): the default session uid range.
+pub const SESSION_KEYS: u64 = 1 << 26;
+
+/// The uid of session `key` (< [`SESSION_KEYS`]) in `uids`: keys scaled onto the range in
+/// order, `start + key × len / 2^26`, so every part of a range wider than the keys gets
+/// sessions (every set it spans), and a narrower one gets runs of neighbouring keys.
+pub fn session_uid(uids: std::ops::Range<u64>, key: u64) -> u64 {
+    assert!(uids.start < uids.end && key < SESSION_KEYS, "validated at load and at the request");
+    let offset = u128::from(key) * u128::from(uids.end - uids.start) / u128::from(SESSION_KEYS);
+    uids.start + offset as u64
 }
 
 /// Set ids the default `workers_per_set` makes room for.
@@ -123,6 +146,63 @@ impl IdSchemeConfig {
             worker_bits: self.worker_bits,
             seq_bits: self.seq_bits,
         }
+    }
+
+    /// `rongcloud`: the uids sessions are routed by (see `session_uid_begin`).
+    pub fn session_uids(&self) -> std::ops::Range<u64> {
+        self.session_uid_begin.unwrap_or(0)..self.session_uid_end.unwrap_or(SESSION_KEYS)
+    }
+
+    /// `rongcloud`: the uid whose section's owner issues the ids of session `key` (see
+    /// [`session_uid`]).
+    pub fn session_uid(&self, key: u64) -> u64 {
+        session_uid(self.session_uids(), key)
+    }
+
+    /// What the store records for the scheme and refuses to see change: the layout and, for
+    /// `rongcloud`, the session uid range.
+    pub fn fingerprint(&self, layout: &crate::idscheme::Layout) -> String {
+        match layout.scheme() {
+            crate::idscheme::Scheme::RongCloud => {
+                let r = self.session_uids();
+                format!("{}; sessions on uids [{}, {})", layout.fingerprint(), r.start, r.end)
+            }
+            _ => layout.fingerprint(),
+        }
+    }
+
+    /// Checks `session_uid_begin`/`_end`: only for `rongcloud`, a non-empty range, every uid of
+    /// it in one of `sets`.
+    fn check_sessions(&self, sets: &[SetConfig]) -> Result<(), String> {
+        let given = self.session_uid_begin.is_some() || self.session_uid_end.is_some();
+        if self.scheme != crate::idscheme::Scheme::RongCloud {
+            return match given {
+                true => Err("session_uid_begin/session_uid_end are for rongcloud only".into()),
+                false => Ok(()),
+            };
+        }
+        let range = self.session_uids();
+        if range.start >= range.end {
+            return Err(format!(
+                "session_uid_begin ({}) must be below session_uid_end ({})",
+                range.start, range.end
+            ));
+        }
+        let mut sorted: Vec<&SetConfig> = sets.iter().collect();
+        sorted.sort_by_key(|s| s.uid_begin);
+        let mut next = range.start;
+        for set in sorted {
+            if set.uid_begin <= next && next < set.uid_end {
+                next = set.uid_end;
+            }
+            if next >= range.end {
+                return Ok(());
+            }
+        }
+        Err(format!(
+            "sessions are routed by uids [{}, {}) but no set owns uid {next}: set              session_uid_begin/session_uid_end to uids the sets own",
+            range.start, range.end
+        ))
     }
 
     /// The worker ids set `set` leases out for this scheme (empty for `rongcloud`, which has
@@ -171,20 +251,43 @@ impl IdsConfig {
         now_ms: u64,
         sets: &[SetConfig],
     ) -> Result<BTreeMap<String, (crate::idscheme::Layout, IdSchemeConfig)>, ConfigError> {
+        self.load_with(sets, |spec| spec.load(now_ms))
+    }
+
+    fn load_with(
+        &self,
+        sets: &[SetConfig],
+        load: impl Fn(
+            &crate::idscheme::LayoutSpec,
+        ) -> Result<crate::idscheme::Layout, crate::idscheme::LayoutError>,
+    ) -> Result<BTreeMap<String, (crate::idscheme::Layout, IdSchemeConfig)>, ConfigError> {
         let mut out = BTreeMap::new();
         for (name, scheme) in &self.schemes {
-            let layout = scheme
-                .layout_spec()
-                .load(now_ms)
+            let layout = load(&scheme.layout_spec())
                 .map_err(|e| ConfigError::Invalid(format!("ids.schemes.{name}: {e}")))?;
             for set in sets {
                 scheme
                     .worker_pool(&layout, set.id)
                     .map_err(|e| ConfigError::Invalid(format!("ids.schemes.{name}: {e}")))?;
             }
+            if !sets.is_empty() {
+                scheme
+                    .check_sessions(sets)
+                    .map_err(|e| ConfigError::Invalid(format!("ids.schemes.{name}: {e}")))?;
+            }
             out.insert(name.clone(), (layout, scheme.clone()));
         }
         Ok(out)
+    }
+
+    /// [`IdsConfig::load`] without the time range ([`crate::idscheme::LayoutSpec::load_shape`]):
+    /// for servers, which must start (and serve sequences) even when a scheme has run out or
+    /// its epoch is ahead of their clock.
+    pub fn load_shapes(
+        &self,
+        sets: &[SetConfig],
+    ) -> Result<BTreeMap<String, (crate::idscheme::Layout, IdSchemeConfig)>, ConfigError> {
+        self.load_with(sets, |spec| spec.load_shape())
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
@@ -768,6 +871,8 @@ mod tests {
             worker_bits: None,
             seq_bits: None,
             workers_per_set: None,
+            session_uid_begin: None,
+            session_uid_end: None,
         };
         let snowflake = scheme(Scheme::Snowflake);
         let layout = snowflake.layout_spec().load(now_ms).unwrap();
@@ -790,6 +895,56 @@ mod tests {
         ran_out.schemes.insert("uid".into(), scheme(Scheme::UidGenerator));
         let err = ran_out.load(now_ms, &[]).unwrap_err().to_string();
         assert!(err.contains("ids.schemes.uid") && err.contains("ran out"), "{err}");
+    }
+
+    /// `rongcloud` sessions route by a uid range every uid of which a set owns; the range is
+    /// part of the recorded fingerprint; other schemes refuse the fields.
+    #[test]
+    fn rongcloud_session_uids_must_be_owned_by_sets() {
+        let now_ms = 1_796_000_000_000;
+        let set = |id, uid_begin, uid_end| SetConfig {
+            id: SetId(id),
+            uid_begin,
+            uid_end,
+            stores: Vec::new(),
+            allocs: Vec::new(),
+        };
+        let rong = |b: Option<u64>, e: Option<u64>| IdSchemeConfig {
+            scheme: crate::idscheme::Scheme::RongCloud,
+            epoch_ms: None,
+            unit: None,
+            time_bits: None,
+            worker_bits: None,
+            seq_bits: None,
+            workers_per_set: None,
+            session_uid_begin: b,
+            session_uid_end: e,
+        };
+        let load = |scheme: IdSchemeConfig, sets: &[SetConfig]| {
+            let mut ids = IdsConfig::default();
+            ids.schemes.insert("rc".into(), scheme);
+            ids.load(now_ms, sets).map(|_| ()).map_err(|e| e.to_string())
+        };
+        let two = [set(1, 1_000, 2_000), set(0, 0, 1_000)];
+        assert_eq!(load(rong(Some(500), Some(1_500)), &two), Ok(()));
+        let err = load(rong(None, None), &two).unwrap_err();
+        assert!(err.contains("no set owns uid 2000"), "{err}");
+        let gap = [set(0, 0, 1_000), set(1, 1_001, 2_000)];
+        let err = load(rong(Some(0), Some(1_500)), &gap).unwrap_err();
+        assert!(err.contains("no set owns uid 1000"), "{err}");
+        let err = load(rong(Some(9), Some(9)), &two).unwrap_err();
+        assert!(err.contains("must be below"), "{err}");
+        let snowflake =
+            IdSchemeConfig { scheme: crate::idscheme::Scheme::Snowflake, ..rong(Some(0), None) };
+        assert!(load(snowflake, &two).unwrap_err().contains("rongcloud only"));
+        let r = rong(Some(500), Some(1_500));
+        assert_eq!(r.session_uid(0), 500);
+        assert_eq!(r.session_uid(1 << 25), 1_000, "keys scale onto the range");
+        assert_eq!(r.session_uid((1 << 26) - 1), 1_499);
+        let wide = rong(Some(0), Some(4_294_900_000));
+        assert_eq!(wide.session_uid(1 << 25), 2_147_450_000, "the second half: the second set");
+        let layout = r.layout_spec().load(now_ms).unwrap();
+        assert!(r.fingerprint(&layout).ends_with("sessions on uids [500, 1500)"));
     }
 
     const GOOD: &str = r#"

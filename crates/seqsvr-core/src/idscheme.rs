@@ -338,6 +338,22 @@ impl LayoutSpec {
 
     /// Fills in the defaults and validates at `now_ms` (ms since the Unix epoch).
     pub fn load(&self, now_ms: u64) -> Result<Layout, LayoutError> {
+        let layout = self.build()?;
+        layout.check(now_ms)?;
+        Ok(layout)
+    }
+
+    /// Fills in the defaults and validates everything but the time range: what a server needs
+    /// to start (worker id pools, fingerprints) even when the layout has run out or its epoch
+    /// is ahead of this host's clock (such a scheme's `NextIds` is refused instead:
+    /// [`Layout::usable_at`]).
+    pub fn load_shape(&self) -> Result<Layout, LayoutError> {
+        let layout = self.build()?;
+        layout.check(layout.epoch_ms)?;
+        Ok(layout)
+    }
+
+    fn build(&self) -> Result<Layout, LayoutError> {
         let scheme = self.scheme;
         let custom_widths =
             self.time_bits.is_some() || self.worker_bits.is_some() || self.seq_bits.is_some();
@@ -386,14 +402,12 @@ impl LayoutSpec {
                 )
             }
         };
-        let layout = Layout {
+        Ok(Layout {
             scheme,
             epoch_ms: self.epoch_ms.unwrap_or(epoch),
             unit: self.unit.unwrap_or(unit),
             parts,
-        };
-        layout.check(now_ms)?;
-        Ok(layout)
+        })
     }
 }
 
@@ -494,6 +508,12 @@ impl Layout {
     }
 
     /// The load-time checks (see the module doc).
+    /// Whether ids can be issued at `now_ms`: not before the epoch, not after the time field
+    /// ran out.
+    pub fn usable_at(&self, now_ms: u64) -> Result<(), LayoutError> {
+        self.check(now_ms)
+    }
+
     fn check(&self, now_ms: u64) -> Result<(), LayoutError> {
         let scheme = self.scheme;
         let sum: u64 = self.parts.iter().map(|(_, w)| u64::from(*w)).sum();
@@ -653,6 +673,40 @@ pub fn issued_fields(
         _ => fields.worker = worker,
     }
     fields
+}
+
+/// RongCloud session types: 4 bits.
+pub const SESSION_TYPES: u64 = 1 << 4;
+/// RongCloud session-id hashes: 22 bits.
+pub const SESSION_HASHES: u64 = 1 << 22;
+
+/// A RongCloud session's key, `type << 22 | hash` (26 bits): what routes its ids to one owner.
+/// `None` if a field does not fit.
+pub fn session_key(session_type: u64, session_hash: u64) -> Option<u64> {
+    (session_type < SESSION_TYPES && session_hash < SESSION_HASHES)
+        .then_some(session_type << 22 | session_hash)
+}
+
+/// The 22-bit session hash of a session id given as text: the low 22 bits of Java's
+/// `String.hashCode()` (seed 000 step 4 takes "the session id's hash"; RongCloud's servers are
+/// Java), so ids match what a Java implementation of the seed would compute.
+pub fn session_hash_of(session_id: &str) -> u64 {
+    let mut h: i32 = 0;
+    for unit in session_id.encode_utf16() {
+        h = h.wrapping_mul(31).wrapping_add(i32::from(unit));
+    }
+    u64::from(h as u32) & (SESSION_HASHES - 1)
+}
+
+/// The fields of a `rongcloud` id of session (`session_type`, `session_hash`) at `stamp`.
+pub fn session_fields(stamp: Stamp, session_type: u64, session_hash: u64) -> Fields {
+    Fields {
+        time: stamp.time,
+        sequence: stamp.sequence,
+        session_type,
+        session_hash,
+        ..Fields::default()
+    }
 }
 
 /// The worker id an id of `layout` carries (`None` for `rongcloud`).

@@ -111,6 +111,26 @@ pub enum Command {
     /// `alloc`'s lease is over (or it released): every worker id it holds becomes free, each
     /// keeping its high-water mark, above which the next holder starts.
     FreeWorkers { alloc: AllocId },
+    /// Raise the time mark of the `rongcloud` scheme `scheme`'s sessions routed to `section` to
+    /// at least `up_to_ms` (Unix ms), as the section's owner at `lease_epoch`: fenced exactly
+    /// like a sequence advance (issue 10: a session's ids have one owner, its section's). Every
+    /// id of those sessions has a time at or below the mark; a new owner starts above the mark
+    /// as it was before its own first reservation (`Applied::SessionMark::before`). `layout`:
+    /// the scheme's fingerprint, session uid range included; fixed once recorded. A command an
+    /// older build stops on (README "Upgrading").
+    ReserveSessionTime {
+        alloc: AllocId,
+        scheme: String,
+        layout: String,
+        section: SectionId,
+        lease_epoch: LeaseEpoch,
+        up_to_ms: u64,
+    },
+    /// Record what each named scheme is (`(name, fingerprint)`), unless recorded already: the
+    /// leader records its config's `rongcloud` schemes as soon as the set runs, so that every
+    /// set, not only the ones that served a session, refuses a changed session uid range.
+    /// Never overwrites a record.
+    RecordSchemes { schemes: Vec<(String, String)> },
 }
 
 /// `AcquireWorkerAt` reuses a free worker id only once its high-water mark is this far behind
@@ -294,6 +314,11 @@ pub enum Applied {
     },
     /// `ReserveTime`: the worker's high-water mark now.
     HighWater(u64),
+    /// A section's session time mark before and after a `ReserveSessionTime`.
+    SessionMark {
+        before: u64,
+        after: u64,
+    },
     Done,
 }
 
@@ -373,6 +398,10 @@ pub struct ControlState {
     /// Id scheme name → what its worker ids were first leased under: fixed from then on.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub schemes: BTreeMap<String, SchemeRecord>,
+    /// `rongcloud` scheme name → section → time mark (Unix ms): every id of the sessions routed
+    /// to the section has a time at or below it. Only grows; never removed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub session_marks: BTreeMap<String, BTreeMap<SectionId, u64>>,
 }
 
 /// The layout and this set's worker ids an id scheme was first leased under.
@@ -487,8 +516,9 @@ struct SnapshotData {
 }
 
 /// 3: the control state may hold worker ids (issue 10). A build that reads only 2 refuses a 3
-/// rather than silently dropping the high-water marks; this build reads both.
-const SNAPSHOT_FORMAT: u32 = 3;
+/// rather than silently dropping the high-water marks. 4: it may hold `rongcloud` session time
+/// marks, which a build reading 3 would drop (an unknown field). This build reads all three.
+const SNAPSHOT_FORMAT: u32 = 4;
 
 impl StoreState {
     pub fn new() -> StoreState {
@@ -694,6 +724,31 @@ impl StoreState {
                     })),
                 }
             }
+            Command::ReserveSessionTime {
+                alloc,
+                scheme,
+                layout,
+                section,
+                lease_epoch,
+                up_to_ms,
+            } => {
+                self.reserve_session_time(*alloc, scheme, layout, *section, *lease_epoch, *up_to_ms)
+            }
+            Command::RecordSchemes { schemes } => {
+                let mut control_changed = false;
+                for (name, fingerprint) in schemes {
+                    if !self.control.schemes.contains_key(name) {
+                        let record = SchemeRecord {
+                            layout: fingerprint.clone(),
+                            pool_begin: 0,
+                            pool_end: 0,
+                        };
+                        self.control.schemes.insert(name.clone(), record);
+                        control_changed = true;
+                    }
+                }
+                ApplyOutcome { result: Ok(Applied::Done), changed: Vec::new(), control_changed }
+            }
             Command::FreeWorkers { alloc } => {
                 let mut freed = false;
                 for ws in self.control.workers.values_mut() {
@@ -794,31 +849,85 @@ impl StoreState {
         Ok(Applied::Worker { worker: candidate, high_water_ms: record.high_water_ms })
     }
 
+    /// Fencing, judged at apply so a write racing a reassignment cannot slip through: `alloc`
+    /// must own `section` at `lease_epoch`, settled.
+    fn fence(
+        &self,
+        alloc: AllocId,
+        section: SectionId,
+        lease_epoch: LeaseEpoch,
+    ) -> Result<(), Rejected> {
+        let owner = self.control.assignment.get(section);
+        let ok =
+            owner.is_some_and(|o| o.alloc == alloc && o.lease_epoch == lease_epoch && o.settled);
+        if ok || crate::teeth::NO_FENCING {
+            return Ok(());
+        }
+        let owner = match owner {
+            Some(o) => format!(
+                "alloc {} at epoch {}{}",
+                o.alloc,
+                o.lease_epoch,
+                if o.settled { "" } else { ", in hand-over" }
+            ),
+            None => "none".into(),
+        };
+        Err(Rejected::NotOwner { alloc, lease_epoch, section, owner })
+    }
+
+    fn reserve_session_time(
+        &mut self,
+        alloc: AllocId,
+        scheme: &str,
+        layout: &str,
+        section: SectionId,
+        lease_epoch: LeaseEpoch,
+        up_to_ms: u64,
+    ) -> ApplyOutcome {
+        if let Some(recorded) = self.control.schemes.get(scheme) {
+            if recorded.layout != layout {
+                return ApplyOutcome::control(Err(Rejected::SchemeChanged {
+                    scheme: scheme.to_string(),
+                    recorded: recorded.describe(),
+                    asked: layout.to_string(),
+                }));
+            }
+        }
+        if let Err(e) = self.fence(alloc, section, lease_epoch) {
+            return ApplyOutcome::control(Err(e));
+        }
+        let mut control_changed = false;
+        if !self.control.schemes.contains_key(scheme) {
+            let record = SchemeRecord { layout: layout.to_string(), pool_begin: 0, pool_end: 0 };
+            self.control.schemes.insert(scheme.to_string(), record);
+            control_changed = true;
+        }
+        let before = self
+            .control
+            .session_marks
+            .get(scheme)
+            .and_then(|marks| marks.get(&section))
+            .copied()
+            .unwrap_or(0);
+        let after = before.max(up_to_ms);
+        if after > before {
+            let marks = self.control.session_marks.entry(scheme.to_string()).or_default();
+            marks.insert(section, after);
+            control_changed = true;
+        }
+        ApplyOutcome {
+            result: Ok(Applied::SessionMark { before, after }),
+            changed: Vec::new(),
+            control_changed,
+        }
+    }
+
     fn advance(&mut self, alloc: Option<AllocId>, sections: &[SectionAdvance]) -> ApplyOutcome {
         if let Some(alloc) = alloc {
-            // Fencing, judged at apply so an advance racing a reassignment cannot slip through.
             for a in sections {
-                let owner = self.control.assignment.get(a.section);
-                let ok = owner.is_some_and(|o| {
-                    o.alloc == alloc && o.lease_epoch == a.lease_epoch && o.settled
-                });
-                if !ok && !crate::teeth::NO_FENCING {
-                    let owner = match owner {
-                        Some(o) => format!(
-                            "alloc {} at epoch {}{}",
-                            o.alloc,
-                            o.lease_epoch,
-                            if o.settled { "" } else { ", in hand-over" }
-                        ),
-                        None => "none".into(),
-                    };
+                if let Err(e) = self.fence(alloc, a.section, a.lease_epoch) {
                     return ApplyOutcome {
-                        result: Err(Rejected::NotOwner {
-                            alloc,
-                            lease_epoch: a.lease_epoch,
-                            section: a.section,
-                            owner,
-                        }),
+                        result: Err(e),
                         changed: Vec::new(),
                         control_changed: false,
                     };
@@ -844,18 +953,22 @@ impl StoreState {
         // Format 2 while no id scheme was ever leased: a member of an older build (during a
         // rolling upgrade) can still install it; one with worker ids needs this build.
         let ids_used = !self.control.workers.is_empty() || !self.control.schemes.is_empty();
-        let data = SnapshotData {
-            format: if ids_used { SNAPSHOT_FORMAT } else { 2 },
-            max_seq: self.iter().collect(),
-            control: self.control.clone(),
+        let format = if !self.control.session_marks.is_empty() {
+            SNAPSHOT_FORMAT
+        } else if ids_used {
+            3
+        } else {
+            2
         };
+        let data =
+            SnapshotData { format, max_seq: self.iter().collect(), control: self.control.clone() };
         serde_json::to_vec(&data).expect("a snapshot serializes to JSON")
     }
 
     pub fn decode_snapshot(bytes: &[u8]) -> Result<StoreState, CodecError> {
         let data: SnapshotData =
             serde_json::from_slice(bytes).map_err(|e| CodecError::Decode(e.to_string()))?;
-        if data.format != SNAPSHOT_FORMAT && data.format != 2 {
+        if !(2..=SNAPSHOT_FORMAT).contains(&data.format) {
             return Err(CodecError::Decode(format!(
                 "snapshot format {} (this build reads {SNAPSHOT_FORMAT})",
                 data.format
@@ -889,6 +1002,25 @@ impl StoreState {
                 }
             }
         }
+        for (scheme, marks) in &self.control.session_marks {
+            for (&section, &ours) in marks {
+                let theirs = newer
+                    .control
+                    .session_marks
+                    .get(scheme)
+                    .and_then(|t| t.get(&section))
+                    .copied()
+                    .unwrap_or(0);
+                if theirs < ours {
+                    return Some(Regression::SessionMark {
+                        scheme: scheme.clone(),
+                        section,
+                        ours,
+                        theirs,
+                    });
+                }
+            }
+        }
         self.iter().find(|&(s, v)| newer.max_seq(s) < v).map(|(section, ours)| Regression::MaxSeq {
             section,
             ours: Seq(ours),
@@ -903,6 +1035,7 @@ pub enum Regression {
     LeaseEpoch { ours: LeaseEpoch, theirs: LeaseEpoch },
     MaxSeq { section: SectionId, ours: Seq, theirs: Seq },
     HighWater { scheme: String, worker: u64, ours: u64, theirs: u64 },
+    SessionMark { scheme: String, section: SectionId, ours: u64, theirs: u64 },
 }
 
 impl std::fmt::Display for Regression {
@@ -918,6 +1051,11 @@ impl std::fmt::Display for Regression {
                 f,
                 "the high-water mark of worker id {worker} of id scheme {scheme:?} would go from \
                  {ours} ms down to {theirs} ms"
+            ),
+            Regression::SessionMark { scheme, section, ours, theirs } => write!(
+                f,
+                "the session time mark of section {section} of id scheme {scheme:?} would go \
+                 from {ours} ms down to {theirs} ms"
             ),
         }
     }
@@ -1064,8 +1202,102 @@ mod tests {
         assert_eq!(format(&state), 2);
         let a = registered(&mut state, "a:1");
         acquire(&mut state, a, 0..4).unwrap();
-        assert_eq!(format(&state), SNAPSHOT_FORMAT as u64);
+        assert_eq!(format(&state), 3, "worker ids only: a build reading 3 loses nothing");
         assert_eq!(StoreState::decode_snapshot(&state.encode_snapshot()).unwrap(), state);
+    }
+
+    /// `rongcloud` session time marks: raised only by the section's settled owner at its lease
+    /// epoch (a moved section's old owner is refused, as its advances are); the answer carries
+    /// the mark before (the new owner's floor) and after; never lowered; the scheme's
+    /// fingerprint is recorded by the first reservation and a changed one refused; a snapshot
+    /// holding marks is format 4, and one that lowers a mark is a regression.
+    #[test]
+    fn session_time_marks_are_fenced_like_advances_and_only_grow() {
+        let mut state = StoreState::new();
+        let (a, b) = (registered(&mut state, "a:1"), registered(&mut state, "b:1"));
+        let e1 = LeaseEpoch(assigned(&mut state, 0, 4, a, true));
+        let reserve = |state: &mut StoreState, alloc, layout: &str, section, epoch, up_to_ms| {
+            let command = Command::ReserveSessionTime {
+                alloc,
+                scheme: "rong".into(),
+                layout: layout.into(),
+                section: SectionId(section),
+                lease_epoch: epoch,
+                up_to_ms,
+            };
+            state.apply(&command).result
+        };
+        assert_eq!(
+            reserve(&mut state, a, "L", 2, e1, 5_000),
+            Ok(Applied::SessionMark { before: 0, after: 5_000 })
+        );
+        assert_eq!(
+            reserve(&mut state, a, "L", 2, e1, 4_000),
+            Ok(Applied::SessionMark { before: 5_000, after: 5_000 }),
+            "never lowered"
+        );
+        let before = state.clone();
+        assert!(matches!(
+            reserve(&mut state, a, "L2", 2, e1, 9_000),
+            Err(Rejected::SchemeChanged { .. })
+        ));
+        assert!(matches!(
+            reserve(&mut state, b, "L", 2, e1, 9_000),
+            Err(Rejected::NotOwner { .. })
+        ));
+        assert!(matches!(
+            reserve(&mut state, a, "L", 2, LeaseEpoch(e1.0 + 7), 9_000),
+            Err(Rejected::NotOwner { .. })
+        ));
+        assert!(matches!(
+            reserve(&mut state, a, "L", 9, e1, 9_000),
+            Err(Rejected::NotOwner { .. })
+        ));
+        assert_eq!(state, before, "refusals change nothing");
+        // Moved (unsettled, then settled): the old owner is fenced, the new one starts above.
+        let e2 = LeaseEpoch(assigned(&mut state, 2, 3, b, false));
+        assert!(matches!(
+            reserve(&mut state, b, "L", 2, e2, 9_000),
+            Err(Rejected::NotOwner { .. })
+        ));
+        assert!(matches!(
+            reserve(&mut state, a, "L", 2, e1, 9_000),
+            Err(Rejected::NotOwner { .. })
+        ));
+        state.apply(&Command::Settle { lease_epoch: e2 });
+        assert_eq!(
+            reserve(&mut state, b, "L", 2, e2, 8_000),
+            Ok(Applied::SessionMark { before: 5_000, after: 8_000 })
+        );
+        let format = |s: &StoreState| {
+            let v: serde_json::Value = serde_json::from_slice(&s.encode_snapshot()).unwrap();
+            v["format"].as_u64().unwrap()
+        };
+        assert_eq!(format(&state), 4);
+        assert_eq!(StoreState::decode_snapshot(&state.encode_snapshot()).unwrap(), state);
+        let mut lowered = state.clone();
+        lowered.control.session_marks.get_mut("rong").unwrap().insert(SectionId(2), 7_999);
+        assert!(matches!(
+            state.first_regression(&lowered),
+            Some(Regression::SessionMark { ours: 8_000, theirs: 7_999, .. })
+        ));
+        assert_eq!(state.first_regression(&state.clone()), None);
+        // The leader records its config's schemes before anyone reserves; never overwrites.
+        let record = |state: &mut StoreState, fingerprint: &str| {
+            let schemes = vec![("rong".to_string(), fingerprint.to_string())];
+            state.apply(&Command::RecordSchemes { schemes })
+        };
+        let out = record(&mut state, "L2");
+        assert!(!out.control_changed, "recorded by the first reservation already");
+        assert_eq!(state.control.schemes["rong"].layout, "L");
+        let mut fresh = StoreState::new();
+        assert!(record(&mut fresh, "L2").control_changed);
+        let c = registered(&mut fresh, "c:1");
+        let e = LeaseEpoch(assigned(&mut fresh, 0, 4, c, true));
+        assert!(
+            matches!(reserve(&mut fresh, c, "L", 2, e, 1_000), Err(Rejected::SchemeChanged { .. })),
+            "a set that recorded the scheme refuses another range, though it never reserved"
+        );
     }
 
     /// `AcquireWorkerAt` (the leader's clock in the entry): a free id whose mark passed at

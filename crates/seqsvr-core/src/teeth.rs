@@ -46,6 +46,9 @@
 //! - `teeth-no-high-water`: a new holder of a worker id starts from its own clock instead of
 //!   above the worker id's persisted high-water mark: with the clock set back, it reissues ids
 //!   an earlier holder issued.
+//! - `teeth-no-session-floor`: a new owner of a section's `rongcloud` sessions starts from its
+//!   own clock instead of above the section's time mark in the store (`allocsvr/src/sessions.rs`):
+//!   with its clock set back (or behind the old owner's), a session's ids go back or repeat.
 //! - `teeth-no-rebase`: the AllocSvr's per-uid 32-bit `cur_seq` offset (`alloc.rs`, issue 13)
 //!   wraps (a truncating cast) instead of rebasing its section first: a uid served more than
 //!   2^32 values above its section's base goes back to near the base. No nemesis run reaches
@@ -56,6 +59,8 @@
 pub const NO_WORKER_WAIT: bool = cfg!(feature = "teeth-no-worker-wait");
 /// Whether a new holder of a worker id ignores its high-water mark (see the module doc).
 pub const NO_HIGH_WATER: bool = cfg!(feature = "teeth-no-high-water");
+/// Whether a new owner of a section's sessions ignores the section's time mark.
+pub const NO_SESSION_FLOOR: bool = cfg!(feature = "teeth-no-session-floor");
 /// Whether the arbiter's waits are cut short (see the module doc).
 pub const NO_LEASE_WAIT: bool = cfg!(feature = "teeth-no-lease-wait");
 /// Whether the store skips fencing (see the module doc).
@@ -82,7 +87,7 @@ pub const NO_HOLDER_CHECK: bool = cfg!(feature = "teeth-no-holder-check");
 pub const NO_REBASE: bool = cfg!(feature = "teeth-no-rebase");
 
 /// Every switch and its feature name, so a new one is listed in exactly one more place.
-const ALL: [(bool, &str); 14] = [
+const ALL: [(bool, &str); 15] = [
     (NO_LEASE_WAIT, "teeth-no-lease-wait"),
     (NO_FENCING, "teeth-no-fencing"),
     (BOOTSTRAP_EMPTY_VOTER, "teeth-bootstrap-empty-voter"),
@@ -96,6 +101,7 @@ const ALL: [(bool, &str); 14] = [
     (NO_HOLDER_CHECK, "teeth-no-holder-check"),
     (NO_WORKER_WAIT, "teeth-no-worker-wait"),
     (NO_HIGH_WATER, "teeth-no-high-water"),
+    (NO_SESSION_FLOOR, "teeth-no-session-floor"),
     (NO_REBASE, "teeth-no-rebase"),
 ];
 

@@ -118,6 +118,8 @@ pub struct NodeConfig {
     pub tls: Option<seqsvr_server::tls::TlsSetup>,
     /// Id scheme → the worker ids this set leases out (`[ids.schemes]`, schemes with workers).
     pub worker_pools: std::collections::BTreeMap<String, std::ops::Range<u64>>,
+    /// `rongcloud` scheme name → its fingerprint (layout and session uid range).
+    pub session_schemes: std::collections::BTreeMap<String, String>,
     /// `ids.reserve_ms + ids.max_ahead_ms` + an hour of clock skew: the furthest a worker's
     /// high-water mark may be reserved ahead of this member's wall clock (a clock further
     /// ahead would push the mark, which every later holder starts above, into the future).
@@ -129,14 +131,15 @@ pub struct NodeConfig {
 /// years ahead.
 pub const MAX_CLOCK_SKEW_MS: u64 = 3_600_000;
 
-/// The worker ids set `set` leases out, per id scheme with worker ids, validated at `now_ms`.
+/// The worker ids set `set` leases out, per id scheme with worker ids. Only the layouts' shapes
+/// count: a scheme that ran out (or whose epoch is ahead of this clock) must not stop a store,
+/// which serves the sequences too; its AllocSvrs refuse its `NextIds`.
 pub fn worker_pools(
     cluster: &ClusterConfig,
     set: SetId,
-    now_ms: u64,
 ) -> anyhow::Result<std::collections::BTreeMap<String, std::ops::Range<u64>>> {
     let mut pools = std::collections::BTreeMap::new();
-    for (name, (layout, scheme)) in cluster.ids.load(now_ms, &cluster.sets)? {
+    for (name, (layout, scheme)) in cluster.ids.load_shapes(&cluster.sets)? {
         let pool = scheme
             .worker_pool(&layout, set)
             .map_err(|e| anyhow::anyhow!("ids.schemes.{name}: {e}"))?;
@@ -145,6 +148,20 @@ pub fn worker_pools(
         }
     }
     Ok(pools)
+}
+
+/// Every `rongcloud` scheme's name → its fingerprint (`IdSchemeConfig::fingerprint`): what
+/// this set records at once and holds every session reservation to.
+pub fn session_schemes(
+    cluster: &ClusterConfig,
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    Ok(cluster
+        .ids
+        .load_shapes(&cluster.sets)?
+        .into_iter()
+        .filter(|(_, (layout, _))| layout.scheme() == seqsvr_core::idscheme::Scheme::RongCloud)
+        .map(|(name, (layout, scheme))| (name, scheme.fingerprint(&layout)))
+        .collect())
 }
 
 impl NodeConfig {
@@ -235,7 +252,9 @@ impl NodeConfig {
             tuning,
             lease: cluster.alloc.clone(),
             tls,
-            worker_pools: worker_pools(&cluster, set_id, seqsvr_server::clock::unix_ms_now())
+            worker_pools: worker_pools(&cluster, set_id)
+                .with_context(|| format!("in {}", args.config.display()))?,
+            session_schemes: session_schemes(&cluster)
                 .with_context(|| format!("in {}", args.config.display()))?,
             max_reserve_ahead_ms: cluster
                 .ids

@@ -100,6 +100,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
                 margin_ms: config.lease.lease_margin_ms,
             },
             worker_pools: config.worker_pools.clone(),
+            session_schemes: config.session_schemes.clone(),
             max_reserve_ahead_ms: config.max_reserve_ahead_ms,
         },
         transport,

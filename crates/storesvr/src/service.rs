@@ -381,6 +381,40 @@ impl pb::store_service_server::StoreService for ServiceContext {
         Ok(Response::new(pb::ReserveTimeResponse { high_water_ms }))
     }
 
+    async fn reserve_session_time(
+        &self,
+        request: Request<pb::ReserveSessionTimeRequest>,
+    ) -> Result<Response<pb::ReserveSessionTimeResponse>, Status> {
+        let wait = self.wait_for(&request);
+        let identity = seqsvr_server::tls::alloc_identity(&request, "a session time reservation")?;
+        let r = request.into_inner();
+        if r.alloc_id == 0 {
+            return Err(Status::invalid_argument("alloc_id 0 is not an AllocSvr registration"));
+        }
+        if r.layout.is_empty() || r.scheme.is_empty() {
+            return Err(Status::invalid_argument(
+                "no scheme or layout: a reservation names its scheme and the scheme's fingerprint",
+            ));
+        }
+        let (before_ms, after_ms) = self
+            .driver
+            .reserve_session_time(
+                crate::driver::SessionReservation {
+                    alloc: AllocId(r.alloc_id),
+                    scheme: r.scheme,
+                    layout: r.layout,
+                    section: SectionId(r.section),
+                    lease_epoch: LeaseEpoch(r.lease_epoch),
+                    up_to_ms: r.up_to_ms,
+                },
+                identity,
+                wait,
+            )
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::ReserveSessionTimeResponse { before_ms, after_ms }))
+    }
+
     async fn release_alloc(
         &self,
         request: Request<pb::ReleaseAllocRequest>,

@@ -7,8 +7,9 @@ use crate::ctx::Ctx;
 use crate::error::{CtlError, Exit};
 use crate::render::{self, Row, View};
 use seqsvr_client::ids::{self as ids_sdk, DecodedId, IdClient, Ids, SchemeLookupError};
+use seqsvr_client::ids::{Session, SessionId};
 use seqsvr_core::config::ClusterConfig;
-use seqsvr_core::idscheme::{Layout, Part};
+use seqsvr_core::idscheme::{Layout, Part, Scheme};
 use serde::Serialize;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -242,7 +243,31 @@ fn new_ids_view(name: &str, layout: &Layout, ids: &Ids) -> Result<NewIds, CtlErr
 
 /// `id next SCHEME [--count N] [--business B]`: new ids from any AllocSvr, one per line on
 /// stdout, the worker id they carry on stderr (in the object with `--json`).
-pub async fn next(ctx: &Ctx, scheme: &str, count: u32, business: u64) -> Result<Exit, CtlError> {
+/// The session flags of `seqctl id next`: None when neither --session nor --session-hash was
+/// given; a --session-type without either is a usage error.
+pub fn session_arg(
+    session_type: u32,
+    session: Option<String>,
+    session_hash: Option<u64>,
+) -> Result<Option<Session>, CtlError> {
+    match (session, session_hash) {
+        (Some(text), _) => Ok(Some(Session { session_type, id: SessionId::Text(text) })),
+        (None, Some(hash)) => Ok(Some(Session { session_type, id: SessionId::Hash(hash) })),
+        (None, None) if session_type != 0 => Err(CtlError::usage(
+            "--session-type without a session",
+            "give --session ID or --session-hash H with it",
+        )),
+        (None, None) => Ok(None),
+    }
+}
+
+pub async fn next(
+    ctx: &Ctx,
+    scheme: &str,
+    count: u32,
+    business: u64,
+    session: Option<Session>,
+) -> Result<Exit, CtlError> {
     let config = ctx.config()?;
     let layout = scheme_layout(&config, &ctx.config_path, scheme, now_ms())?;
     let max_count = config.ids.max_count;
@@ -261,23 +286,54 @@ pub async fn next(ctx: &Ctx, scheme: &str, count: u32, business: u64) -> Result<
         };
         return Err(CtlError::usage(what, "only weibo ids carry a business number (0 to 31)"));
     }
+    let is_rongcloud = layout.scheme() == Scheme::RongCloud;
+    match (&session, is_rongcloud) {
+        (None, true) => {
+            return Err(CtlError::usage(
+                format!("scheme {scheme:?} is rongcloud: its ids belong to a session"),
+                "give --session ID (or --session-hash H) and --session-type T",
+            ))
+        }
+        (Some(_), false) => {
+            return Err(CtlError::usage(
+                format!("scheme {scheme:?} ({}) has no session fields", layout.scheme()),
+                "only rongcloud ids carry a session: drop --session, --session-hash and \
+                 --session-type",
+            ))
+        }
+        (Some(s), true) => {
+            s.key().map_err(|status| {
+                CtlError::usage(
+                    status.message().to_string(),
+                    "--session-type is 0 to 15 and --session-hash below 4194304",
+                )
+            })?;
+        }
+        (None, false) => {}
+    }
     let deadline = ctx.deadline();
     let addrs = super::seq::alloc_addresses(&config, deadline).await?;
     let target = format!("AllocSvrs {}", addrs.join(", "));
-    let client = IdClient::new(&addrs).map_err(|status| {
-        CtlError::usage(status.message().to_string(), "fix the AllocSvr addresses")
+    let client = IdClient::new(&addrs)
+        .map_err(|status| {
+            CtlError::usage(status.message().to_string(), "fix the AllocSvr addresses")
+        })?
+        .with_ids_config(config.ids.clone());
+    let left = deadline.left();
+    let ids = match &session {
+        Some(session) => client.next_session_ids(scheme, count, session, left).await,
+        None => client.next_ids(scheme, count, business, left).await,
+    };
+    let ids = ids.map_err(|status| {
+        CtlError::grpc(
+            &format!("get {count} ids of scheme {scheme:?}"),
+            &target,
+            &status,
+            ctx.timeout,
+        )
     })?;
-    let ids =
-        client.next_ids(scheme, count, business, deadline.left()).await.map_err(|status| {
-            CtlError::grpc(
-                &format!("get {count} ids of scheme {scheme:?}"),
-                &target,
-                &status,
-                ctx.timeout,
-            )
-        })?;
     let view = new_ids_view(scheme, &layout, &ids)?;
-    if !ctx.json {
+    if !ctx.json && !is_rongcloud {
         eprintln!("worker_id {}", view.worker_id);
     }
     render::emit(ctx.json, &view)?;
@@ -319,8 +375,21 @@ mod tests {
         let cli = parse(&["id", "next", "orders", "--count", "3", "--business", "2"]).unwrap();
         assert!(matches!(
             cli.command,
-            Command::Id(IdCommand::Next { scheme, count: 3, business: 2 }) if scheme == "orders"
+            Command::Id(IdCommand::Next { scheme, count: 3, business: 2, .. }) if scheme == "orders"
         ));
+        let cli =
+            parse(&["id", "next", "msgs", "--session-type", "2", "--session", "g-1"]).unwrap();
+        let Command::Id(IdCommand::Next { session_type, session, session_hash, .. }) = cli.command
+        else {
+            panic!("not id next")
+        };
+        assert_eq!(
+            session_arg(session_type, session, session_hash).unwrap(),
+            Some(Session { session_type: 2, id: SessionId::Text("g-1".into()) })
+        );
+        assert!(parse(&["id", "next", "m", "--session", "a", "--session-hash", "1"]).is_err());
+        assert!(session_arg(3, None, None).is_err(), "a type without a session");
+        assert_eq!(session_arg(0, None, None).unwrap(), None);
         let cli = parse(&["id", "next", "orders"]).unwrap();
         assert!(matches!(cli.command, Command::Id(IdCommand::Next { count: 1, business: 0, .. })));
         let cli =

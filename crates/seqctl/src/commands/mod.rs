@@ -77,8 +77,16 @@ async fn once(ctx: &Ctx, command: Command) -> Result<Exit, CtlError> {
         }
         Command::Next { uids } => seq::seq_command(ctx, &uids, true).await,
         Command::Get { uids } => seq::seq_command(ctx, &uids, false).await,
-        Command::Id(IdCommand::Next { scheme, count, business }) => {
-            id::next(ctx, &scheme, count, business).await
+        Command::Id(IdCommand::Next {
+            scheme,
+            count,
+            business,
+            session_type,
+            session,
+            session_hash,
+        }) => {
+            let session = id::session_arg(session_type, session, session_hash)?;
+            id::next(ctx, &scheme, count, business, session).await
         }
         Command::Id(IdCommand::Decode { scheme, id }) => id::decode(ctx, &scheme, &id),
         Command::Route => alloc::route(ctx).await,

@@ -408,3 +408,20 @@ proptest! {
         prop_assert!(stats.borrowed_units <= stats.issued);
     }
 }
+
+/// Session keys and hashes: Java's `String.hashCode()` low 22 bits ("hello" is 99162322;
+/// "polygenelubricants" is i32::MIN, whose low 22 bits are 0), and keys refuse fields that do
+/// not fit.
+#[test]
+fn session_keys_and_java_hashes() {
+    assert_eq!(session_hash_of("hello"), 99_162_322 & (SESSION_HASHES - 1));
+    assert_eq!(session_hash_of(""), 0);
+    assert_eq!(session_hash_of("polygenelubricants"), 0);
+    // Negative hashes keep their low bits: "Aa" and "BB" collide in Java (2112) as here.
+    assert_eq!(session_hash_of("Aa"), session_hash_of("BB"));
+    assert_eq!(session_hash_of("\u{1F600}"), (0xD83D * 31 + 0xDE00) & (SESSION_HASHES - 1));
+    assert_eq!(session_key(3, 5), Some(3 << 22 | 5));
+    assert_eq!(session_key(15, SESSION_HASHES - 1), Some((1 << 26) - 1));
+    assert_eq!(session_key(16, 0), None);
+    assert_eq!(session_key(0, SESSION_HASHES), None);
+}

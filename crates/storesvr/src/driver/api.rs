@@ -33,6 +33,9 @@ pub struct DriverConfig {
     /// Id scheme name → the worker ids this set leases out (`[ids.schemes]`; the schemes with
     /// worker ids only).
     pub worker_pools: std::collections::BTreeMap<String, std::ops::Range<u64>>,
+    /// `rongcloud` scheme name → its fingerprint: the leader records each in the set's state
+    /// (`Command::RecordSchemes`) and refuses session reservations that name another.
+    pub session_schemes: std::collections::BTreeMap<String, String>,
     /// The furthest a high-water mark may be reserved ahead of this member's wall clock.
     pub max_reserve_ahead_ms: u64,
 }
@@ -98,6 +101,18 @@ pub struct TimeReservation {
     pub up_to_ms: u64,
     /// The AllocSvr's layout fingerprint.
     pub layout: String,
+}
+
+/// A raise of a `rongcloud` section's session time mark (`Command::ReserveSessionTime`).
+#[derive(Debug, Clone)]
+pub struct SessionReservation {
+    pub alloc: AllocId,
+    pub scheme: String,
+    /// The AllocSvr's scheme fingerprint (layout and session uid range).
+    pub layout: String,
+    pub section: SectionId,
+    pub lease_epoch: LeaseEpoch,
+    pub up_to_ms: u64,
 }
 
 /// A worker id leased to an AllocSvr (`AcquireWorker`).
@@ -287,6 +302,13 @@ pub enum Input {
         identity: Option<String>,
         reply: Reply<u64>,
     },
+    /// Raise a section's session time mark (see `Command::ReserveSessionTime`): answers the
+    /// mark before and after.
+    ReserveSessionTime {
+        reservation: SessionReservation,
+        identity: Option<String>,
+        reply: Reply<(u64, u64)>,
+    },
     /// The AllocSvr stopped serving for good (see `Command::ReleaseAlloc`).
     Release {
         alloc: AllocId,
@@ -450,6 +472,15 @@ impl DriverHandle {
         wait: Duration,
     ) -> Result<u64, RequestError> {
         self.call(wait, |reply| Input::ReserveTime { reservation, identity, reply }).await
+    }
+
+    pub async fn reserve_session_time(
+        &self,
+        reservation: SessionReservation,
+        identity: Option<String>,
+        wait: Duration,
+    ) -> Result<(u64, u64), RequestError> {
+        self.call(wait, |reply| Input::ReserveSessionTime { reservation, identity, reply }).await
     }
 
     pub async fn read(

@@ -105,6 +105,7 @@ pub(super) fn test_config(id: u64, n: u64) -> DriverConfig {
         sections: SectionRange::new(SectionId(0), SectionId(100)).expect("a valid range"),
         lease: LeaseConfig { lease_ms: seqsvr_core::arbiter::MAX_LEASE_MS, margin_ms: 1000 },
         worker_pools: [("snowflake".to_string(), 0..3)].into_iter().collect(),
+        session_schemes: Default::default(),
         max_reserve_ahead_ms: 65_000,
     }
 }

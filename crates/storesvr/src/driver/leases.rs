@@ -92,7 +92,22 @@ impl Driver {
         }
         let control = self.node.store().state().control();
         let Some(arbiter) = self.arbiter.get_mut_of_term(term) else { return };
-        let commands = arbiter.plan(now, control, self.config.sections);
+        let mut commands = arbiter.plan(now, control, self.config.sections);
+        if commands.is_empty() && control.lease.is_some() {
+            // Every rongcloud scheme of the config is recorded as soon as the set runs, before
+            // anyone reserves: so that every set refuses a later change of its session uid
+            // range, not only the sets whose sections served the scheme.
+            let missing: Vec<(String, String)> = self
+                .config
+                .session_schemes
+                .iter()
+                .filter(|(name, _)| !control.schemes.contains_key(*name))
+                .map(|(name, fingerprint)| (name.clone(), fingerprint.clone()))
+                .collect();
+            if !missing.is_empty() {
+                commands.push(Command::RecordSchemes { schemes: missing });
+            }
+        }
         for command in commands {
             tracing::info!(?command, "arbiter proposes");
             self.propose(command, ProposalReply::Arbiter);

@@ -47,7 +47,7 @@ mod tests;
 pub use api::{
     channel, peer_reports, Advanced, AllocLeaseView, DriverConfig, DriverHandle, Grant, Input,
     LeasesView, MemberView, MembershipChange, MembershipDone, NodeStatus, ReadDone, RequestError,
-    Role, RouteView, Serving, TimeReservation, DRIVER_QUEUE_MAX,
+    Role, RouteView, Serving, SessionReservation, TimeReservation, DRIVER_QUEUE_MAX,
 };
 pub use membership::PROMOTE_LAG_MAX;
 
@@ -312,25 +312,67 @@ impl Driver {
                     let _ = reply.send(Err(e));
                     return;
                 }
-                // Every later holder starts above the mark: a clock far ahead must not push it
-                // into the future (the pool would wait for it).
-                let now_ms = seqsvr_server::clock::unix_ms_now();
-                let limit = now_ms.saturating_add(self.config.max_reserve_ahead_ms);
-                if up_to_ms > limit {
-                    tracing::warn!(alloc = %alloc, scheme = %scheme, worker, up_to_ms, now_ms,
-                        "time reservation refused: the AllocSvr's clock runs far ahead of ours");
-                    let _ = reply.send(Err(RequestError::Invalid(format!(
-                        "reserving up to {} is more than {} ms ahead of the store leader's clock \
-                         ({}): the AllocSvr's clock runs far ahead, or this leader's far behind; \
-                         fix the wrong one",
-                        seqsvr_core::idscheme::rfc3339_ms(up_to_ms),
-                        self.config.max_reserve_ahead_ms,
-                        seqsvr_core::idscheme::rfc3339_ms(now_ms)
-                    ))));
+                if let Err(e) = self.check_reserve_ahead(up_to_ms, &scheme) {
+                    let _ = reply.send(Err(e));
                     return;
                 }
                 let command = Command::ReserveTime { alloc, scheme, worker, up_to_ms, layout };
                 self.propose(command, ProposalReply::HighWater(reply));
+            }
+            Input::ReserveSessionTime { reservation, identity, reply } => {
+                let SessionReservation { alloc, scheme, layout, section, lease_epoch, up_to_ms } =
+                    reservation;
+                if let Err(e) = self.check_holder(alloc, identity.as_deref()) {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
+                match self.config.session_schemes.get(&scheme) {
+                    Some(ours) if *ours == layout => {}
+                    ours => {
+                        tracing::error!(scheme = %scheme, asked = %layout, ours = ?ours,
+                            "session reservation refused: the AllocSvr's rongcloud scheme differs \
+                             from this store's config");
+                        let _ = reply.send(Err(RequestError::Invalid(match ours {
+                            Some(ours) => format!(
+                                "rongcloud scheme {scheme:?} is {layout:?} at the AllocSvr but \
+                                 {ours:?} in this store's cluster config: give both the same \
+                                 config (a changed layout or session uid range would move \
+                                 sessions and reissue ids)"
+                            ),
+                            None => format!(
+                                "no rongcloud scheme {scheme:?} in this store's cluster config \
+                                 (it has {:?}): give the StoreSvrs and AllocSvrs the same config",
+                                self.config.session_schemes.keys().collect::<Vec<_>>()
+                            ),
+                        })));
+                        return;
+                    }
+                }
+                if !self.config.sections.contains(section) {
+                    let _ = reply.send(Err(RequestError::Invalid(format!(
+                        "section {section} is not in this set's [{}, {})",
+                        self.config.sections.begin(),
+                        self.config.sections.end()
+                    ))));
+                    return;
+                }
+                if let Err(e) = self.check_can_serve(self.proposals.len(), PENDING_PROPOSALS_MAX) {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
+                if let Err(e) = self.check_reserve_ahead(up_to_ms, &scheme) {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
+                let command = Command::ReserveSessionTime {
+                    alloc,
+                    scheme,
+                    layout,
+                    section,
+                    lease_epoch,
+                    up_to_ms,
+                };
+                self.propose(command, ProposalReply::SessionMark(reply));
             }
             Input::Release { alloc, identity, reply } => {
                 // A release lets the arbiter move the sections at once, without waiting out the
@@ -368,6 +410,25 @@ impl Driver {
 
     /// Before proposing for an alloc: may `identity` act for it? Checked against this member's
     /// applied registrations; one not applied here yet is "retry", never "yes".
+    /// Every later holder (of a worker id, or owner of a section's sessions) starts above a
+    /// time mark: a clock far ahead must not push it into the future (they would wait for it).
+    fn check_reserve_ahead(&self, up_to_ms: u64, scheme: &str) -> Result<(), RequestError> {
+        let now_ms = seqsvr_server::clock::unix_ms_now();
+        let limit = now_ms.saturating_add(self.config.max_reserve_ahead_ms);
+        if up_to_ms <= limit {
+            return Ok(());
+        }
+        tracing::warn!(scheme = %scheme, up_to_ms, now_ms,
+            "time reservation refused: the AllocSvr's clock runs far ahead of ours");
+        Err(RequestError::Invalid(format!(
+            "reserving up to {} is more than {} ms ahead of the store leader's clock ({}): the \
+             AllocSvr's clock runs far ahead, or this leader's far behind; fix the wrong one",
+            seqsvr_core::idscheme::rfc3339_ms(up_to_ms),
+            self.config.max_reserve_ahead_ms,
+            seqsvr_core::idscheme::rfc3339_ms(now_ms)
+        )))
+    }
+
     fn check_holder(&self, alloc: AllocId, identity: Option<&str>) -> Result<(), RequestError> {
         let control = self.node.store().state().control();
         match control.check_holder(alloc, identity) {

@@ -20,6 +20,7 @@ pub(super) enum ProposalReply {
     Lease(Reply<LeaseConfig>),
     Worker(Reply<WorkerLease>),
     HighWater(Reply<u64>),
+    SessionMark(Reply<(u64, u64)>),
     /// The arbiter's own proposal: nobody waits, but the round is over when it resolves.
     Arbiter,
 }
@@ -59,6 +60,12 @@ impl ProposalReply {
             ProposalReply::HighWater(r) => {
                 let _ = r.send(result.and_then(|a| match a {
                     Applied::HighWater(ms) => Ok(ms),
+                    other => Err(RequestError::Dropped(format!("unexpected result {other:?}"))),
+                }));
+            }
+            ProposalReply::SessionMark(r) => {
+                let _ = r.send(result.and_then(|a| match a {
+                    Applied::SessionMark { before, after } => Ok((before, after)),
                     other => Err(RequestError::Dropped(format!("unexpected result {other:?}"))),
                 }));
             }
