@@ -195,7 +195,7 @@ async fn rongcloud_sessions_are_served_by_their_sections_owner() {
         let mut channel = pb::id_service_client::IdServiceClient::new(
             seqsvr_client::store::alloc_channel(addr).expect("channel"),
         );
-        match channel.next_ids(ask(0, "group-0", 0, 0)).await {
+        match channel.next_ids(ask(0, "group-0", None, 0)).await {
             Ok(_) => {
                 assert!(owner.replace(*key).is_none(), "two AllocSvrs serve one session");
             }
@@ -207,15 +207,16 @@ async fn rongcloud_sessions_are_served_by_their_sections_owner() {
             }
         }
         for (request, what) in [
-            (ask(0, "group-0", 0, 1), "a business number"),
-            (ask(16, "group-0", 0, 0), "a session type of 5 bits"),
-            (ask(0, "", 1 << 22, 0), "a session hash of 23 bits"),
-            (ask(0, "group-0", 7, 0), "both a session id and a hash"),
+            (ask(0, "group-0", None, 1), "a business number"),
+            (ask(16, "group-0", None, 0), "a session type of 5 bits"),
+            (ask(0, "", Some(1 << 22), 0), "a session hash of 23 bits"),
+            (ask(0, "group-0", Some(7), 0), "both a session id and a hash"),
+            (ask(0, "", None, 0), "no session at all"),
         ] {
             let e = channel.next_ids(request).await.expect_err(what);
             assert_eq!(e.code(), Code::InvalidArgument, "{what}: {e:?}");
         }
-        let mut with_session = ask(1, "group-0", 0, 0);
+        let mut with_session = ask(1, "group-0", None, 0);
         with_session.scheme = "snowflake".into();
         let e = channel.next_ids(with_session).await.expect_err("snowflake has no session");
         assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");

@@ -50,10 +50,9 @@ impl SchemeSetup {
     /// from now: every unit up to `max_ahead_units` ahead of the clock, and the units the clock
     /// passes meanwhile, each with its whole sequence. A count above it could only time out.
     pub fn ids_within(&self, left_ms: u64) -> u64 {
-        let units = self
-            .max_ahead_units
-            .saturating_add(1)
-            .saturating_add(left_ms / self.layout.unit().ms().max(1));
+        // The clock can cross one unit boundary more than `left_ms / unit` says.
+        let passed = left_ms.div_ceil(self.layout.unit().ms().max(1)).saturating_add(1);
+        let units = self.max_ahead_units.saturating_add(1).saturating_add(passed);
         units.saturating_mul(self.layout.max_sequence().saturating_add(1))
     }
     /// `rongcloud`: the uid session `key` is routed by (`IdSchemeConfig::session_uid`).
@@ -518,8 +517,8 @@ impl pb::id_service_server::IdService for IdServer {
             return Err(Status::invalid_argument(format!(
                 "count {} is more than one worker id (or rongcloud section) of {:?} can issue \
                  within this call's deadline ({left_ms} ms): at most {reachable} ({} per time unit, \
-                 up to ids.max_ahead_ms ahead of the clock); ask for fewer per call, or give the \
-                 call more time",
+                 up to ids.max_ahead_ms ahead of the clock; a call waits at most \
+                 alloc.request_timeout_ms); ask for fewer per call",
                 r.count,
                 r.scheme,
                 layout.max_sequence().saturating_add(1)
@@ -528,7 +527,7 @@ impl pb::id_service_server::IdService for IdServer {
         if layout.scheme() == Scheme::RongCloud {
             return self.next_session_ids(r, setup, deadline).await;
         }
-        if r.session_type != 0 || !r.session_id.is_empty() || r.session_hash != 0 {
+        if r.session_type != 0 || !r.session_id.is_empty() || r.session_hash.is_some() {
             return Err(Status::invalid_argument(format!(
                 "id scheme {:?} has no session fields: send session_type 0, no session_id and \
                  session_hash 0",
@@ -641,10 +640,11 @@ mod tests {
             seq_bits: Some(13),
             ..LayoutSpec::of(Scheme::UidGenerator)
         });
-        assert_eq!(uid_generator.ids_within(2_000), (2 + 1 + 2) * 8_192);
-        assert_eq!(uid_generator.ids_within(0), 3 * 8_192);
+        assert_eq!(uid_generator.ids_within(2_000), (2 + 1 + 2 + 1) * 8_192);
+        assert_eq!(uid_generator.ids_within(2_001), (2 + 1 + 3 + 1) * 8_192);
+        assert_eq!(uid_generator.ids_within(0), (3 + 1) * 8_192);
         let snowflake = setup(LayoutSpec::of(Scheme::Snowflake));
-        assert_eq!(snowflake.ids_within(2_000), (2_000 + 1 + 2_000) * 4_096);
+        assert_eq!(snowflake.ids_within(2_000), (2_000 + 1 + 2_000 + 1) * 4_096);
     }
 
     /// A grant keeps the worker ids it lists; one it does not list is dropped if it was leased

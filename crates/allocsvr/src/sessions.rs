@@ -63,7 +63,7 @@ pub struct Sessions {
     /// Slots whose first reservation is in flight: one per slot, the other calls wait for it
     /// (a herd of first reservations would each be a Raft write, and a later-applied one
     /// answered first would start the slot needlessly far ahead).
-    pub installing: BTreeSet<(String, SectionId)>,
+    pub installing: BTreeSet<(String, SectionId, LeaseEpoch)>,
 }
 
 /// What a committed reservation did here.
@@ -225,12 +225,19 @@ impl IdServer {
             )));
         }
         let session_hash = match (r.session_id.is_empty(), r.session_hash) {
-            (true, hash) => hash,
-            (false, 0) => session_hash_of(&r.session_id),
-            (false, _) => {
+            (true, Some(hash)) => hash,
+            (false, None) => session_hash_of(&r.session_id),
+            (false, Some(_)) => {
                 return Err(Status::invalid_argument(
                     "give the session as session_id or as session_hash, not both",
                 ))
+            }
+            (true, None) => {
+                return Err(Status::invalid_argument(format!(
+                    "id scheme {:?} is rongcloud: its ids belong to a session; give session_type \
+                     and session_id (or session_hash)",
+                    r.scheme
+                )))
             }
         };
         let session_type = u64::from(r.session_type);
@@ -257,21 +264,26 @@ impl IdServer {
             match step {
                 SessionStep::Done => break,
                 SessionStep::Reserve(reservation) => {
-                    reserve_session(&self.shared, &r.scheme, reservation, deadline).await?
+                    reserve_session(&self.shared, &r.scheme, reservation, deadline).await?;
                 }
                 SessionStep::Install(reservation) => {
                     // A task of its own: it ends the install (and wakes the waiters) even if
                     // this call is dropped meanwhile.
                     let (shared, name) = (self.shared.clone(), r.scheme.clone());
                     let install = tokio::spawn(async move {
-                        let result = reserve_session(&shared, &name, reservation, deadline).await;
-                        shared.lock().ids.sessions.installing.remove(&(name, reservation.section));
-                        shared.changed.notify_waiters();
-                        result
+                        let key = (name.clone(), reservation.section, reservation.lease_epoch);
+                        let _done = Installing { shared: shared.clone(), key };
+                        reserve_session(&shared, &name, reservation, deadline).await
                     });
-                    install.await.map_err(|e| {
+                    let answered = install.await.map_err(|e| {
                         Status::internal(format!("the first session reservation failed: {e}"))
-                    })??
+                    })??;
+                    if answered == Answered::Ignored {
+                        // The section moved on meanwhile: look again after a pause, not in a
+                        // loop of Raft writes.
+                        tokio::time::sleep_until(deadline.min(Instant::now() + RESERVE_BACKOFF))
+                            .await;
+                    }
                 }
                 SessionStep::AwaitInstall => {
                     if tokio::time::timeout_at(deadline, installed).await.is_err() {
@@ -345,7 +357,7 @@ impl IdServer {
         let now = layout.units_at(seqsvr_server::clock::unix_ms_now());
         let ahead = now.saturating_add(setup.reserve_units).min(layout.max_time());
         let Some(slot) = inner.ids.sessions.slot(name, section, lease_epoch) else {
-            let key = (name.to_string(), section);
+            let key = (name.to_string(), section, lease_epoch);
             if inner.ids.sessions.installing.contains(&key) {
                 return Ok(SessionStep::AwaitInstall);
             }
@@ -398,6 +410,20 @@ impl IdServer {
     }
 }
 
+/// Ends a slot's first reservation when dropped (done, failed, or its task panicked): the next
+/// call may install, and the calls waiting for it look again.
+struct Installing {
+    shared: Arc<Shared>,
+    key: (String, SectionId, LeaseEpoch),
+}
+
+impl Drop for Installing {
+    fn drop(&mut self) {
+        self.shared.lock().ids.sessions.installing.remove(&self.key);
+        self.shared.changed.notify_waiters();
+    }
+}
+
 /// A reservation of one section's session time mark.
 #[derive(Clone, Copy, Debug)]
 struct Reservation {
@@ -414,7 +440,7 @@ async fn reserve_session(
     name: &str,
     reservation: Reservation,
     deadline: Instant,
-) -> Result<(), Status> {
+) -> Result<Answered, Status> {
     let Reservation { alloc, section, lease_epoch, unit } = reservation;
     let setup = shared.ids.schemes.get(name).expect("a configured scheme");
     let up_to_ms = setup.layout.unix_ms(unit);
@@ -428,7 +454,7 @@ async fn reserve_session(
     match result {
         Ok((before_ms, after_ms)) => {
             if inner.alloc_id != Some(alloc) {
-                return Ok(()); // registered again meanwhile: its sections have new epochs
+                return Ok(Answered::Ignored); // registered again: its sections have new epochs
             }
             let answered = inner
                 .ids
@@ -446,7 +472,7 @@ async fn reserve_session(
                     starts_above = %seqsvr_core::idscheme::rfc3339_ms(setup.layout.unix_ms(floor)),
                     "rongcloud sessions of a section: issuing above its time mark");
             }
-            Ok(())
+            Ok(answered)
         }
         Err(status) if status.code() == Code::FailedPrecondition => {
             // Not the owner at this epoch any more: neither its sessions nor its sequences.

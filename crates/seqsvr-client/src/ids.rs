@@ -452,8 +452,8 @@ impl IdClient {
         }
         let key = session.key()?;
         let (session_id, session_hash) = match &session.id {
-            SessionId::Text(text) => (text.clone(), 0),
-            SessionId::Hash(hash) => (String::new(), *hash),
+            SessionId::Text(text) => (text.clone(), None),
+            SessionId::Hash(hash) => (String::new(), Some(*hash)),
         };
         let request = pb::NextIdsRequest {
             scheme: scheme.to_string(),

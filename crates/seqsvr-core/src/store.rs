@@ -1236,6 +1236,20 @@ mod tests {
             Ok(Applied::SessionMark { before: 5_000, after: 5_000 }),
             "never lowered"
         );
+        // A reservation that raises nothing changes nothing to persist (no 0 entry either).
+        for (section, up_to_ms) in [(2, 5_000), (3, 0)] {
+            let command = Command::ReserveSessionTime {
+                alloc: a,
+                scheme: "rong".into(),
+                layout: "L".into(),
+                section: SectionId(section),
+                lease_epoch: e1,
+                up_to_ms,
+            };
+            let before = state.clone();
+            assert!(!state.apply(&command).control_changed, "section {section}");
+            assert_eq!(state, before, "section {section}");
+        }
         let before = state.clone();
         assert!(matches!(
             reserve(&mut state, a, "L2", 2, e1, 9_000),

@@ -188,7 +188,7 @@ impl IdRecorder {
             business,
             session_type: session.map_or(0, |s| s.session_type),
             session_id: session.map_or_else(String::new, |s| s.session_id.clone()),
-            session_hash: session.filter(|s| s.session_id.is_empty()).map_or(0, |s| s.session_hash),
+            session_hash: session.filter(|s| s.session_id.is_empty()).map(|s| s.session_hash),
         });
         request.set_timeout(deadline);
         let invoke_ns = self.now_ns();
@@ -759,7 +759,7 @@ mod tests {
             let layout = self.layouts.get(&r.scheme).ok_or_else(|| Status::not_found("scheme"))?;
             let rongcloud = layout.scheme() == Scheme::RongCloud;
             let hash = match r.session_id.is_empty() {
-                true => r.session_hash,
+                true => r.session_hash.unwrap_or(0),
                 false => session_hash_of(&r.session_id),
             };
             let key = session_key(u64::from(r.session_type), hash);
