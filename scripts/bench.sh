@@ -31,7 +31,7 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$SEQSVR_ROOT"
 runs=3 seconds=10 concurrency=64 dists="uniform zipf" uids=100000 touch_uids=10000000
-ids_only=0 skip_ids=0 id_seconds=10 id_ahead_seconds=5 id_schemes="snowflake uid-generator weibo uuidv7"
+ids_only=0 skip_ids=0 id_seconds=10 id_ahead_seconds=5 id_schemes="snowflake uid-generator weibo uuidv7 rongcloud"
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs=$2; shift 2 ;;
@@ -116,6 +116,8 @@ ids_benchmark() {
       # it may borrow (max_ahead_ms), so under the standard config a refill of 100,000 from one
       # AllocSvr cannot be issued within the fetch deadline: only the default capacity runs.
       [ "$scheme" = uid-generator ] && caps=8192
+      # rongcloud ids belong to a session (each caller asks its own): no client-side cache.
+      [ "$scheme" = rongcloud ] && caps=""
       ids_run "$out/$scheme-next1-$r.json" --mode next --count 1 --scheme "$scheme" --seconds "$s"
       ids_run "$out/$scheme-next1000-$r.json" --mode next --count 1000 --scheme "$scheme" --seconds "$s"
       for cap in $caps; do
@@ -203,6 +205,9 @@ PY
     echo "  borrowing bound (the CPU cost of the layout code alone); *uuid crate now_v7* = \`uuid::Uuid::now_v7()\`."
     echo "  *÷ ceiling* divides a served path by its scheme's Generator loop (one worker id: served paths"
     echo "  use one worker id per AllocSvr, so a layout-bound scheme can exceed 1×)."
+    echo "- **rongcloud**: caller i asks for its own session (\`IdClient::next_session_ids\`, served by the"
+    echo "  owner of the session's section, one generator per section); its *worker ids* column counts the"
+    echo "  sessions. Its ids belong to a session, so it has no cached path."
     echo "- **Lead**: the time in the last id of each task minus the wall clock at the end of the run (ms;"
     echo "  negative = behind: cached ids were issued before they were handed out), and the most seen in"
     echo "  samples during the run. The bound is \`ids.max_ahead_ms\` (2000 in \`config/cluster.toml\`)."

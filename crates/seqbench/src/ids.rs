@@ -27,7 +27,7 @@ use anyhow::Context;
 use hdrhistogram::Histogram;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use seqsvr_client::ids::{CachedIds, CachedIdsOptions, Id, IdClient};
+use seqsvr_client::ids::{CachedIds, CachedIdsOptions, Id, IdClient, Session, SessionId};
 use seqsvr_core::config::ClusterConfig;
 use seqsvr_core::idscheme::{issued_fields, Generator, Layout, Next, Scheme};
 use serde::{Deserialize, Serialize};
@@ -383,8 +383,31 @@ async fn served(
     layout: Arc<Layout>,
     done: &Arc<AtomicU64>,
 ) -> anyhow::Result<((TaskOut, i64), f64, (u64, u64), (u64, u64))> {
+    // rongcloud: caller i asks for its own session (spread over the sections), whose ids come
+    // from its section's owner; the "worker ids" of the report count the sessions.
+    let rongcloud = layout.scheme() == Scheme::RongCloud;
+    anyhow::ensure!(
+        !(rongcloud && a.mode == IdMode::Cached),
+        "the cached path does not apply to rongcloud: its ids belong to a session"
+    );
+    let session_of = |i: usize| {
+        rongcloud.then(|| Session {
+            session_type: (i % 16) as u32,
+            id: SessionId::Text(format!("bench-session-{i}")),
+        })
+    };
+    if rongcloud {
+        // Warm-up: every session's section installs its slot (one reservation each).
+        for i in 0..a.concurrency {
+            let session = session_of(i).expect("rongcloud");
+            client
+                .next_session_ids(&a.scheme, 1, &session, CALL_DEADLINE)
+                .await
+                .with_context(|| format!("warm-up NextIds of {:?}", a.scheme))?;
+        }
+    }
     // Warm-up: each AllocSvr leases its worker id for the scheme on its first call.
-    for _ in 0..client.addresses().len() * 2 {
+    for _ in 0..client.addresses().len() * 2 * usize::from(!rongcloud) {
         client
             .next_ids(&a.scheme, 1, 0, CALL_DEADLINE)
             .await
@@ -405,14 +428,15 @@ async fn served(
     let started = Instant::now();
     let until = started + Duration::from_secs(a.seconds);
     let mut tasks = Vec::new();
-    for _ in 0..a.concurrency {
+    for i in 0..a.concurrency {
         let (layout, done) = (layout.clone(), done.clone());
         let every = a.sample_every;
         tasks.push(match &cache {
             Some(cache) => tokio::spawn(take_loop(cache.clone(), until, every, layout, done)),
             None => {
                 let (client, scheme, count) = (client.clone(), a.scheme.clone(), a.count);
-                tokio::spawn(next_loop(client, scheme, count, until, layout, done))
+                let session = session_of(i);
+                tokio::spawn(next_loop(client, scheme, count, session, until, layout, done))
             }
         });
     }
@@ -442,22 +466,28 @@ async fn next_loop(
     client: Arc<IdClient>,
     scheme: String,
     count: u32,
+    session: Option<Session>,
     until: Instant,
     layout: Arc<Layout>,
     done: Arc<AtomicU64>,
 ) -> anyhow::Result<TaskOut> {
+    let session_key = session.as_ref().map(|s| s.key()).transpose()?;
     let mut out = TaskOut::new()?;
     loop {
         let t = Instant::now();
         if t >= until {
             break;
         }
-        match client.next_ids(&scheme, count, 0, CALL_DEADLINE).await {
+        let answer = match &session {
+            Some(session) => client.next_session_ids(&scheme, count, session, CALL_DEADLINE).await,
+            None => client.next_ids(&scheme, count, 0, CALL_DEADLINE).await,
+        };
+        match answer {
             Ok(got) => {
                 let _ = out.hist.record((t.elapsed().as_nanos() as u64).max(1));
                 out.calls += 1;
                 out.ids += got.ids.len() as u64;
-                out.workers.insert(got.worker_id);
+                out.workers.insert(session_key.unwrap_or(got.worker_id));
                 out.last = got.ids.get(got.ids.len().saturating_sub(1));
                 done.fetch_add(1, Ordering::Relaxed);
                 let last = out.last.and_then(|id| lead_of(&layout, id.value(), now_ms()));
