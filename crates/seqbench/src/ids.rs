@@ -585,7 +585,11 @@ fn generator_loop(
                 Next::RaiseHighWater(_) => anyhow::bail!("no high-water mark here"),
             }
         };
-        let fields = issued_fields(layout, 1, stamp, 0, rng.random());
+        // rongcloud: one session's fields where the others carry worker id 1.
+        let fields = match layout.scheme() {
+            Scheme::RongCloud => seqsvr_core::idscheme::session_fields(stamp, 1, 1),
+            _ => issued_fields(layout, 1, stamp, 0, rng.random()),
+        };
         let id = layout.encode(&fields)?;
         std::hint::black_box(id);
         if let Some(t) = t {
