@@ -202,7 +202,10 @@ async fn rongcloud_sessions_are_served_by_their_sections_owner() {
             Err(e) => {
                 assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
                 assert!(e.message().starts_with("NOT_OWNER"), "{e:?}");
-                let named = e.metadata().get("x-seqsvr-session-uid").map(|v| v.to_str().unwrap());
+                let named = e
+                    .metadata()
+                    .get(seqsvr_proto::SESSION_UID_METADATA)
+                    .map(|v| v.to_str().unwrap());
                 assert_eq!(named, Some(uid0.to_string().as_str()), "{e:?}");
             }
         }

@@ -192,9 +192,6 @@ enum SessionStep {
     Done,
 }
 
-/// The metadata key of the uid a session is routed by, on NOT_OWNER answers.
-pub const SESSION_UID_METADATA: &str = "x-seqsvr-session-uid";
-
 /// NOT_OWNER for a session: `status` (this set's NOT_OWNER with its route table) or, for a uid
 /// of another set, a plain one; both carry the session's uid so the client routes it.
 fn session_not_owner(uid: u64, status: Option<Status>) -> Status {
@@ -204,9 +201,10 @@ fn session_not_owner(uid: u64, status: Option<Status>) -> Status {
              AllocSvr of that set"
         ))
     });
-    status
-        .metadata_mut()
-        .insert(SESSION_UID_METADATA, uid.to_string().parse().expect("digits are valid metadata"));
+    status.metadata_mut().insert(
+        seqsvr_proto::SESSION_UID_METADATA,
+        uid.to_string().parse().expect("digits are valid metadata"),
+    );
     status
 }
 

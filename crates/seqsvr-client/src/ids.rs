@@ -263,15 +263,12 @@ impl Session {
 
 /// The AllocSvr that serves `uid` in `tables`, if known.
 fn owner_addr(tables: &[pb::RouteTable], uid: u64) -> Option<String> {
-    let table = tables.iter().find(|t| t.uid_begin <= uid && uid < t.uid_end)?;
-    let section = uid / table.section_size.max(1);
-    let entry =
-        table.entries.iter().find(|e| e.section_begin <= section && section < e.section_end)?;
-    (!entry.addr.is_empty()).then(|| entry.addr.clone())
+    tables.iter().find_map(|t| crate::seq::owner_addr_in(t, uid)).map(str::to_string)
 }
 
-/// A NOT_OWNER answer to a session call: the uid the session is routed by, if it says.
-fn not_owner_uid(status: &Status) -> Option<Option<u64>> {
+/// A NOT_OWNER answer to a `rongcloud` session call (it issued nothing): the uid the session
+/// is routed by, if the answer says.
+pub fn session_not_owner_uid(status: &Status) -> Option<Option<u64>> {
     if status.code() != tonic::Code::FailedPrecondition
         || !status.message().starts_with("NOT_OWNER")
     {
@@ -280,15 +277,11 @@ fn not_owner_uid(status: &Status) -> Option<Option<u64>> {
     Some(
         status
             .metadata()
-            .get(SESSION_UID_METADATA)
+            .get(seqsvr_proto::SESSION_UID_METADATA)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok()),
     )
 }
-
-/// The metadata key of the uid a session is routed by, on NOT_OWNER answers (the AllocSvr's
-/// `sessions.rs`).
-pub const SESSION_UID_METADATA: &str = "x-seqsvr-session-uid";
 
 impl IdClient {
     /// A client of the AllocSvrs at `seeds` (`host:port`; any AllocSvr of any set). Nothing is
@@ -510,7 +503,7 @@ impl IdClient {
                         timeout.as_millis()
                     )),
                 };
-                if let Some(uid) = not_owner_uid(&status) {
+                if let Some(uid) = session_not_owner_uid(&status) {
                     if let Some(uid) = uid {
                         self.remember_session_uid(scheme, key, uid);
                     }

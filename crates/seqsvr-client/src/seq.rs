@@ -162,6 +162,15 @@ pub fn route_table_of(status: &Status) -> Option<pb::RouteTable> {
     pb::RouteTable::decode(bytes.as_ref()).ok()
 }
 
+/// The address `table` names for `uid`'s section, if `uid` is in the table's set and the entry
+/// has an address.
+pub fn owner_addr_in(table: &pb::RouteTable, uid: u64) -> Option<&str> {
+    if uid < table.uid_begin || uid >= table.uid_end {
+        return None;
+    }
+    owner_entry(table, uid).map(|e| e.addr.as_str()).filter(|a| !a.is_empty())
+}
+
 fn owner_entry(table: &pb::RouteTable, uid: u64) -> Option<&pb::RouteEntry> {
     owner_index(table, uid).map(|i| &table.entries[i])
 }

@@ -20,6 +20,10 @@ pub const LEADER_ADDR_METADATA: &str = "seqsvr-leader-addr";
 /// Binary gRPC metadata key carrying an encoded `RouteTable` on NOT_OWNER answers.
 pub const ROUTE_TABLE_METADATA: &str = "seqsvr-route-table-bin";
 
+/// gRPC metadata key an AllocSvr sets on a `rongcloud` NextIds NOT_OWNER answer: the uid the
+/// session is routed by (its owner is that uid's section's).
+pub const SESSION_UID_METADATA: &str = "x-seqsvr-session-uid";
+
 /// gRPC metadata key of a request id: taken from the caller when it sends one, passed by an
 /// AllocSvr to the store on the advance a waiting call triggered, and logged with both.
 pub const REQUEST_ID_METADATA: &str = "x-request-id";

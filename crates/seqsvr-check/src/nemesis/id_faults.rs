@@ -259,22 +259,12 @@ fn outcome_of_error(s: &Status) -> IdOutcome {
 /// A NOT_OWNER answer to a session call (issued nothing): the uid the session is routed by, if
 /// it says.
 fn not_owner(s: &Status) -> Option<Option<u64>> {
-    if s.code() != Code::FailedPrecondition || !s.message().starts_with("NOT_OWNER") {
-        return None;
-    }
-    let uid = s.metadata().get(seqsvr_client::ids::SESSION_UID_METADATA);
-    Some(uid.and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()))
+    seqsvr_client::ids::session_not_owner_uid(s)
 }
 
 /// The AllocSvr `table` (a set's route table) names as serving `uid`: its set and address.
 fn owner_in(table: &pb::RouteTable, uid: u64) -> Option<(u64, String)> {
-    if uid < table.uid_begin || uid >= table.uid_end {
-        return None;
-    }
-    let section = uid / table.section_size.max(1);
-    let entry =
-        table.entries.iter().find(|e| e.section_begin <= section && section < e.section_end)?;
-    (!entry.addr.is_empty()).then(|| (table.set_id, entry.addr.clone()))
+    seqsvr_client::seq::owner_addr_in(table, uid).map(|addr| (table.set_id, addr.to_string()))
 }
 
 type IdStub = pb::id_service_client::IdServiceClient<Channel>;
@@ -737,7 +727,7 @@ mod tests {
             };
             let mut status = Status::failed_precondition("NOT_OWNER: not this fake's session");
             let meta = status.metadata_mut();
-            meta.insert(seqsvr_client::ids::SESSION_UID_METADATA, key.to_string().parse().unwrap());
+            meta.insert(seqsvr_proto::SESSION_UID_METADATA, key.to_string().parse().unwrap());
             let bytes = encode_route_table(&table);
             meta.insert_bin(
                 seqsvr_proto::ROUTE_TABLE_METADATA,

@@ -303,16 +303,9 @@ impl Driver {
             }
             Input::ReserveTime { reservation, identity, reply } => {
                 let TimeReservation { alloc, scheme, worker, up_to_ms, layout } = reservation;
-                if let Err(e) = self.check_holder(alloc, identity.as_deref()) {
-                    let _ = reply.send(Err(e));
-                    return;
-                }
-                // A follower redirects to the leader first: only the leader's clock judges.
-                if let Err(e) = self.check_can_serve(self.proposals.len(), PENDING_PROPOSALS_MAX) {
-                    let _ = reply.send(Err(e));
-                    return;
-                }
-                if let Err(e) = self.check_reserve_ahead(up_to_ms, &scheme) {
+                if let Err(e) =
+                    self.check_reservation(alloc, identity.as_deref(), up_to_ms, &scheme)
+                {
                     let _ = reply.send(Err(e));
                     return;
                 }
@@ -322,45 +315,10 @@ impl Driver {
             Input::ReserveSessionTime { reservation, identity, reply } => {
                 let SessionReservation { alloc, scheme, layout, section, lease_epoch, up_to_ms } =
                     reservation;
-                if let Err(e) = self.check_holder(alloc, identity.as_deref()) {
-                    let _ = reply.send(Err(e));
-                    return;
-                }
-                match self.config.session_schemes.get(&scheme) {
-                    Some(ours) if *ours == layout => {}
-                    ours => {
-                        tracing::error!(scheme = %scheme, asked = %layout, ours = ?ours,
-                            "session reservation refused: the AllocSvr's rongcloud scheme differs \
-                             from this store's config");
-                        let _ = reply.send(Err(RequestError::Invalid(match ours {
-                            Some(ours) => format!(
-                                "rongcloud scheme {scheme:?} is {layout:?} at the AllocSvr but \
-                                 {ours:?} in this store's cluster config: give both the same \
-                                 config (a changed layout or session uid range would move \
-                                 sessions and reissue ids)"
-                            ),
-                            None => format!(
-                                "no rongcloud scheme {scheme:?} in this store's cluster config \
-                                 (it has {:?}): give the StoreSvrs and AllocSvrs the same config",
-                                self.config.session_schemes.keys().collect::<Vec<_>>()
-                            ),
-                        })));
-                        return;
-                    }
-                }
-                if !self.config.sections.contains(section) {
-                    let _ = reply.send(Err(RequestError::Invalid(format!(
-                        "section {section} is not in this set's [{}, {})",
-                        self.config.sections.begin(),
-                        self.config.sections.end()
-                    ))));
-                    return;
-                }
-                if let Err(e) = self.check_can_serve(self.proposals.len(), PENDING_PROPOSALS_MAX) {
-                    let _ = reply.send(Err(e));
-                    return;
-                }
-                if let Err(e) = self.check_reserve_ahead(up_to_ms, &scheme) {
+                let checked = self.check_session_scheme(&scheme, &layout, section).and_then(|()| {
+                    self.check_reservation(alloc, identity.as_deref(), up_to_ms, &scheme)
+                });
+                if let Err(e) = checked {
                     let _ = reply.send(Err(e));
                     return;
                 }
@@ -410,6 +368,60 @@ impl Driver {
 
     /// Before proposing for an alloc: may `identity` act for it? Checked against this member's
     /// applied registrations; one not applied here yet is "retry", never "yes".
+    /// What every time reservation (worker ids, rongcloud sections) must pass before it is
+    /// proposed: the registering identity, a leader that may propose, and a mark not too far
+    /// ahead of this (the leader's) clock. A follower redirects first: only the leader's clock
+    /// judges.
+    fn check_reservation(
+        &self,
+        alloc: AllocId,
+        identity: Option<&str>,
+        up_to_ms: u64,
+        scheme: &str,
+    ) -> Result<(), RequestError> {
+        self.check_holder(alloc, identity)?;
+        self.check_can_serve(self.proposals.len(), PENDING_PROPOSALS_MAX)?;
+        self.check_reserve_ahead(up_to_ms, scheme)
+    }
+
+    /// A rongcloud reservation names this store's scheme, with this store's fingerprint (the
+    /// layout and session uid range), for a section of this set.
+    fn check_session_scheme(
+        &self,
+        scheme: &str,
+        layout: &str,
+        section: seqsvr_core::ids::SectionId,
+    ) -> Result<(), RequestError> {
+        match self.config.session_schemes.get(scheme) {
+            Some(ours) if ours == layout => {}
+            ours => {
+                tracing::error!(scheme = %scheme, asked = %layout, ours = ?ours,
+                    "session reservation refused: the AllocSvr's rongcloud scheme differs from \
+                     this store's config");
+                return Err(RequestError::Invalid(match ours {
+                    Some(ours) => format!(
+                        "rongcloud scheme {scheme:?} is {layout:?} at the AllocSvr but {ours:?} in \
+                         this store's cluster config: give both the same config (a changed layout \
+                         or session uid range would move sessions and reissue ids)"
+                    ),
+                    None => format!(
+                        "no rongcloud scheme {scheme:?} in this store's cluster config (it has \
+                         {:?}): give the StoreSvrs and AllocSvrs the same config",
+                        self.config.session_schemes.keys().collect::<Vec<_>>()
+                    ),
+                }));
+            }
+        }
+        if !self.config.sections.contains(section) {
+            return Err(RequestError::Invalid(format!(
+                "section {section} is not in this set's [{}, {})",
+                self.config.sections.begin(),
+                self.config.sections.end()
+            )));
+        }
+        Ok(())
+    }
+
     /// Every later holder (of a worker id, or owner of a section's sessions) starts above a
     /// time mark: a clock far ahead must not push it into the future (they would wait for it).
     fn check_reserve_ahead(&self, up_to_ms: u64, scheme: &str) -> Result<(), RequestError> {
