@@ -2,7 +2,8 @@
 //! the route table a client decodes from the binary metadata of a NOT_OWNER answer
 //! (`seqsvr-client`'s `route_table_of`). The first byte picks the message; the rest is its
 //! bytes. Never panics; what decodes re-encodes to bytes that decode equal. Also the text
-//! decoders of gRPC metadata the servers read (`parse_grpc_timeout`, `request_id_of`).
+//! decoders of gRPC metadata the servers read (`parse_grpc_timeout`, `request_id_of`), and the
+//! 128-bit ids of a `NextIds` answer (`ids128_of`).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -17,7 +18,7 @@ fn round_trip<M: Message + Default + PartialEq + std::fmt::Debug>(bytes: &[u8]) 
 
 fuzz_target!(|data: &[u8]| {
     let Some((&which, bytes)) = data.split_first() else { return };
-    match which % 24 {
+    match which % 25 {
         // What clients send to an AllocSvr (SeqService).
         0 => round_trip::<pb::NextRequest>(bytes),
         1 => round_trip::<pb::NextBatchRequest>(bytes),
@@ -45,6 +46,14 @@ fuzz_target!(|data: &[u8]| {
         20 => round_trip::<pb::GetMaxSeqResponse>(bytes),
         21 => round_trip::<pb::LeasesResponse>(bytes),
         22 => round_trip::<pb::StoreStatusResponse>(bytes),
+        // The ids of a NextIds answer: 128-bit ones are read from either field, whole or refused.
+        23 => {
+            round_trip::<pb::NextIdsResponse>(bytes);
+            let Ok(r) = pb::NextIdsResponse::decode(bytes) else { return };
+            if let Ok(ids) = seqsvr_proto::ids128_of(&r) {
+                assert_eq!(ids.len(), seqsvr_proto::ids128_count(&r));
+            }
+        }
         // gRPC metadata text: a deadline and a request id.
         _ => {
             let Ok(text) = std::str::from_utf8(bytes) else { return };

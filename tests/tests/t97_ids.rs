@@ -66,6 +66,17 @@ async fn every_scheme_is_served_unique_and_ordered_per_worker_id() {
         assert_eq!(e.code(), Code::InvalidArgument, "{what}: {e:?}");
     }
 
+    // 128-bit ids come packed in one buffer when asked (as the SDK asks), else one field per
+    // id (what SDKs from before `packed_ids128` read).
+    for packed in [false, true] {
+        let request = pb::NextIdsRequest { packed_ids128: packed, ..ask("uuidv7", 3, 0) };
+        let r = channel.next_ids(request).await.expect("uuidv7").into_inner();
+        let fields = (r.ids128.len(), r.ids128_packed.len());
+        assert_eq!(fields, if packed { (0, 48) } else { (3, 0) }, "packed: {packed}");
+        let ids = seqsvr_proto::ids128_of(&r).expect("16 bytes each");
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "increasing: {ids:x?}");
+    }
+
     // Decode, by the AllocSvr, agrees with the answer.
     let (worker, ids) = rec.next_ids(&a, "snowflake", 1, 0).await.expect("snowflake");
     let decoded = channel
@@ -188,6 +199,7 @@ async fn rongcloud_sessions_are_served_by_their_sections_owner() {
         session_type,
         session_id: session_id.into(),
         session_hash,
+        packed_ids128: true,
     };
     let uid0 = config.session_uid(sessions[0].key().expect("fits"));
     let mut owner = None;

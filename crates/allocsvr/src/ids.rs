@@ -570,7 +570,7 @@ impl pb::id_service_server::IdService for IdServer {
         if layout.scheme().id_bits() <= 64 {
             response.ids = out.into_iter().map(|id| id as u64).collect();
         } else {
-            response.ids128 = out.into_iter().map(|id| id.to_be_bytes().to_vec()).collect();
+            seqsvr_proto::put_ids128(&mut response, &out, r.packed_ids128);
         }
         Ok(Response::new(response))
     }

@@ -299,11 +299,9 @@ impl IdServer {
             }
         }
         self.shared.metrics.ids_issued.increment(out.len() as u64);
-        Ok(Response::new(pb::NextIdsResponse {
-            ids128: out.into_iter().map(|id| id.to_be_bytes().to_vec()).collect(),
-            session_uid: uid,
-            ..Default::default()
-        }))
+        let mut response = pb::NextIdsResponse { session_uid: uid, ..Default::default() };
+        seqsvr_proto::put_ids128(&mut response, &out, r.packed_ids128);
+        Ok(Response::new(response))
     }
 
     /// Issues as many of `want` more ids of the session as it can now, under the lock.
@@ -489,8 +487,9 @@ async fn reserve_session(
             )))
         }
         Err(status) if status.code() == Code::InvalidArgument => {
-            // The store refuses the scheme itself (another config) or the time (this clock far
-            // ahead of the leader's): retrying cannot help until an operator fixes it.
+            // The store refuses the scheme itself (another config): retrying cannot help until
+            // an operator fixes it. (A time too far ahead of the leader's clock is UNAVAILABLE:
+            // retried below, as the clocks may agree again.)
             let until = Instant::now() + RESERVE_BACKOFF;
             inner.ids.sessions.back_off(name, section, lease_epoch, until);
             drop(guard);

@@ -151,16 +151,16 @@ pub enum IdOutcome {
 
 impl IdOutcome {
     /// Reads an answer of a `scheme` call: the 64-bit schemes answer in `ids`, `uuidv7` and
-    /// `rongcloud` in `ids128` (16 bytes each, big-endian). Anything else is
+    /// `rongcloud` in `ids128_packed` or `ids128` (16 bytes each, big-endian). Anything else is
     /// [`IdOutcome::Malformed`], never a panic: the answer is network input.
     pub fn of_answer(scheme: Scheme, answer: &pb::NextIdsResponse) -> IdOutcome {
         let malformed = |reason: String| IdOutcome::Malformed { reason };
         match scheme.id_bits() {
             64 => {
-                if !answer.ids128.is_empty() {
+                let wide = seqsvr_proto::ids128_count(answer);
+                if wide != 0 {
                     return malformed(format!(
-                        "{scheme} is a 64-bit scheme but the answer has {} ids128",
-                        answer.ids128.len()
+                        "{scheme} is a 64-bit scheme but the answer has {wide} 128-bit ids"
                     ));
                 }
                 let ids = answer.ids.iter().map(|&id| u128::from(id)).collect();
@@ -173,17 +173,10 @@ impl IdOutcome {
                         answer.ids.len()
                     ));
                 }
-                let mut ids = Vec::with_capacity(answer.ids128.len());
-                for (pos, bytes) in answer.ids128.iter().enumerate() {
-                    let Ok(raw) = <[u8; 16]>::try_from(bytes.as_slice()) else {
-                        return malformed(format!(
-                            "ids128[{pos}] has {} bytes, not 16",
-                            bytes.len()
-                        ));
-                    };
-                    ids.push(u128::from_be_bytes(raw));
+                match seqsvr_proto::ids128_of(answer) {
+                    Ok(ids) => IdOutcome::Ok { worker_id: answer.worker_id, ids },
+                    Err(why) => malformed(why),
                 }
-                IdOutcome::Ok { worker_id: answer.worker_id, ids }
             }
             bits => malformed(format!("{scheme} ({bits}-bit ids) is not served by NextIds")),
         }
@@ -1143,6 +1136,15 @@ mod tests {
             IdOutcome::Ok { worker_id: 0, ids: vec![id] }
         );
         answer.ids = vec![1];
+        assert!(matches!(IdOutcome::of_answer(RC, &answer), IdOutcome::Malformed { .. }));
+        // Or packed in one buffer, as the nemesis asks for them.
+        let mut answer = pb::NextIdsResponse::default();
+        seqsvr_proto::put_ids128(&mut answer, &[id], true);
+        assert_eq!(
+            IdOutcome::of_answer(RC, &answer),
+            IdOutcome::Ok { worker_id: 0, ids: vec![id] }
+        );
+        answer.ids128_packed.pop();
         assert!(matches!(IdOutcome::of_answer(RC, &answer), IdOutcome::Malformed { .. }));
     }
 

@@ -90,7 +90,7 @@ impl Id {
 pub enum IdList {
     /// 64-bit schemes.
     U64(Vec<u64>),
-    /// uuidv7, from the answer's 16-byte big-endian `ids128`.
+    /// uuidv7 and rongcloud, from the answer's 16-byte big-endian ids (`ids128_packed` or `ids128`).
     U128(Vec<u128>),
 }
 
@@ -159,20 +159,9 @@ fn describe(status: &Status) -> String {
 /// handed on: a repeated or reordered id could be handed out twice.
 fn ids_of(addr: &str, r: pb::NextIdsResponse, count: u32) -> Result<Ids, Status> {
     let bad = |why: String| Status::internal(format!("{addr} answered NextIds wrongly: {why}"));
-    let ids = match (r.ids.is_empty(), r.ids128.is_empty()) {
+    let ids = match (r.ids.is_empty(), seqsvr_proto::ids128_count(&r) == 0) {
         (false, true) => IdList::U64(r.ids),
-        (true, false) => {
-            let ids = r
-                .ids128
-                .iter()
-                .map(|bytes| {
-                    <[u8; 16]>::try_from(bytes.as_slice())
-                        .map(u128::from_be_bytes)
-                        .map_err(|_| bad(format!("a 128-bit id of {} bytes, not 16", bytes.len())))
-                })
-                .collect::<Result<Vec<u128>, Status>>()?;
-            IdList::U128(ids)
-        }
+        (true, false) => IdList::U128(seqsvr_proto::ids128_of(&r).map_err(bad)?),
         (true, true) => return Err(bad(format!("no ids for a count of {count}"))),
         (false, false) => return Err(bad("both 64-bit and 128-bit ids".into())),
     };
@@ -417,6 +406,7 @@ impl IdClient {
                 scheme: scheme.to_string(),
                 count,
                 business,
+                packed_ids128: true,
                 ..Default::default()
             });
             request.set_timeout(timeout);
@@ -455,6 +445,7 @@ impl IdClient {
             session_type: session.session_type,
             session_id,
             session_hash,
+            packed_ids128: true,
         };
         let until = Instant::now() + deadline;
         let mut backoff = RetryPolicy::STANDARD.backoff();
@@ -1199,6 +1190,8 @@ mod tests {
         always: Mutex<Option<Status>>,
         table: Mutex<Option<pb::RouteTable>>,
         calls: AtomicU64,
+        /// Calls that asked for 128-bit ids packed in one buffer.
+        packed_asked: AtomicU64,
     }
 
     impl Fake {
@@ -1210,6 +1203,7 @@ mod tests {
                 always: Mutex::new(None),
                 table: Mutex::new(None),
                 calls: AtomicU64::new(0),
+                packed_asked: AtomicU64::new(0),
             })
         }
 
@@ -1234,6 +1228,9 @@ mod tests {
         ) -> Result<tonic::Response<pb::NextIdsResponse>, Status> {
             let fake = &self.0;
             fake.calls.fetch_add(1, Ordering::SeqCst);
+            if request.get_ref().packed_ids128 {
+                fake.packed_asked.fetch_add(1, Ordering::SeqCst);
+            }
             if let Some(scripted) = fake.script.lock().unwrap().pop_front() {
                 return scripted.map(tonic::Response::new);
             }
@@ -1245,9 +1242,8 @@ mod tests {
             let ids = (start..start + count).collect();
             Ok(tonic::Response::new(pb::NextIdsResponse {
                 ids,
-                ids128: vec![],
                 worker_id: fake.worker,
-                session_uid: 0,
+                ..Default::default()
             }))
         }
 
@@ -1461,7 +1457,10 @@ mod tests {
     #[tokio::test]
     async fn a_malformed_answer_is_internal_and_not_retried() {
         let answer = |ids: Vec<u64>, ids128: Vec<Vec<u8>>| {
-            Ok(pb::NextIdsResponse { ids, ids128, worker_id: 1, session_uid: 0 })
+            Ok(pb::NextIdsResponse { ids, ids128, worker_id: 1, ..Default::default() })
+        };
+        let packed = |ids128_packed: Vec<u8>| {
+            Ok(pb::NextIdsResponse { ids128_packed, worker_id: 1, ..Default::default() })
         };
         let bad = [
             answer(vec![1, 2], vec![]),
@@ -1470,6 +1469,9 @@ mod tests {
             answer(vec![], vec![vec![0; 16], vec![0; 15], vec![1; 16]]),
             answer(vec![], vec![]),
             answer(vec![1, 2, 3], vec![vec![0; 16]; 3]),
+            packed(vec![0; 47]),
+            packed((1u128..=3).flat_map(|id| id.to_be_bytes()).take(32).collect()),
+            packed([3u128, 2, 1].iter().flat_map(|id| id.to_be_bytes()).collect()),
         ];
         for scripted in bad {
             let fake = Fake::new(1);
@@ -1482,22 +1484,23 @@ mod tests {
         }
     }
 
-    /// uuidv7 ids come as 16 big-endian bytes each.
+    /// uuidv7 ids come as 16 big-endian bytes each: packed in one buffer, or one field per id
+    /// from an AllocSvr that predates `packed_ids128`.
     #[tokio::test]
-    async fn ids128_are_read_big_endian() {
-        let fake = Fake::new(9);
+    async fn ids128_are_read_big_endian_from_either_field() {
         let (x, y) =
             (0x017f_22e2_79b0_7cc3_98c4_dc0c_0c07_398f_u128, 0x017f_22e2_79b0_7cc4_u128 << 64);
-        fake.script.lock().unwrap().push_back(Ok(pb::NextIdsResponse {
-            ids: vec![],
-            ids128: vec![x.to_be_bytes().to_vec(), y.to_be_bytes().to_vec()],
-            worker_id: 9,
-            session_uid: 0,
-        }));
-        let client = IdClient::new(&[serve(fake).await]).unwrap();
-        let ids = client.next_ids("events", 2, 0, 2 * SECOND).await.unwrap();
-        assert_eq!(ids, Ids { ids: IdList::U128(vec![x, y]), worker_id: 9 });
-        assert_eq!(ids.ids.iter().collect::<Vec<_>>(), [Id::U128(x), Id::U128(y)]);
+        for packed in [false, true] {
+            let fake = Fake::new(9);
+            let mut answer = pb::NextIdsResponse { worker_id: 9, ..Default::default() };
+            seqsvr_proto::put_ids128(&mut answer, &[x, y], packed);
+            fake.script.lock().unwrap().push_back(Ok(answer));
+            let client = IdClient::new(&[serve(fake.clone()).await]).unwrap();
+            let ids = client.next_ids("events", 2, 0, 2 * SECOND).await.unwrap();
+            assert_eq!(fake.packed_asked.load(Ordering::SeqCst), 1, "the SDK asks for packed ids");
+            assert_eq!(ids, Ids { ids: IdList::U128(vec![x, y]), worker_id: 9 }, "{packed}");
+            assert_eq!(ids.ids.iter().collect::<Vec<_>>(), [Id::U128(x), Id::U128(y)]);
+        }
     }
 
     #[tokio::test]

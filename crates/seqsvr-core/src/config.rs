@@ -70,6 +70,13 @@ pub struct IdsConfig {
     pub max_ahead_ms: u64,
     /// Most ids in one `NextIds` call.
     pub max_count: u32,
+    /// How far an AllocSvr's wall clock may run ahead of its store leader's before the store
+    /// refuses its time reservations (it then serves no ids until its clock is fixed). Every
+    /// later holder of a worker id, and every later owner of a `rongcloud` section, starts
+    /// above the reserved time, so a clock far ahead would stall them until the real time
+    /// catches up: the worst stall is about `reserve_ms + max_ahead_ms + max_clock_skew_ms`.
+    /// Default one minute (NTP keeps clocks within milliseconds); at most an hour.
+    pub max_clock_skew_ms: u64,
     /// Scheme name → layout. The name is what requests use.
     pub schemes: BTreeMap<String, IdSchemeConfig>,
 }
@@ -80,6 +87,7 @@ impl Default for IdsConfig {
             reserve_ms: 3_000,
             max_ahead_ms: 2_000,
             max_count: 100_000,
+            max_clock_skew_ms: 60_000,
             schemes: BTreeMap::new(),
         }
     }
@@ -303,6 +311,13 @@ impl IdsConfig {
         }
         if self.max_count == 0 {
             return invalid("ids.max_count must be > 0");
+        }
+        if !(1_000..=3_600_000).contains(&self.max_clock_skew_ms) {
+            return invalid(format!(
+                "ids.max_clock_skew_ms ({}) must be within [1000, 3600000]: the store refuses \
+                 time reservations from an AllocSvr whose clock runs further ahead of its own",
+                self.max_clock_skew_ms
+            ));
         }
         for name in self.schemes.keys() {
             let ok = !name.is_empty()
@@ -887,6 +902,13 @@ mod tests {
         assert_eq!(rong.worker_pool(&rong.layout_spec().load(now_ms).unwrap(), SetId(3)), Ok(0..0));
         let bad = IdsConfig { max_ahead_ms: 5_000, reserve_ms: 5_000, ..IdsConfig::default() };
         assert!(bad.validate().unwrap_err().to_string().contains("below ids.reserve_ms"));
+        for skew in [0, 999, 3_600_001] {
+            let bad = IdsConfig { max_clock_skew_ms: skew, ..IdsConfig::default() };
+            assert!(
+                bad.validate().unwrap_err().to_string().contains("max_clock_skew_ms"),
+                "{skew}"
+            );
+        }
         let mut named = IdsConfig::default();
         named.schemes.insert("no spaces".into(), scheme(Scheme::Snowflake));
         assert!(named.validate().is_err());

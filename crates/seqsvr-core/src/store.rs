@@ -131,6 +131,15 @@ pub enum Command {
     /// set, not only the ones that served a session, refuses a changed session uid range.
     /// Never overwrites a record.
     RecordSchemes { schemes: Vec<(String, String)> },
+    /// Record what each named scheme is, with this set's worker ids for the schemes that have
+    /// them, unless recorded already. The leader records every scheme of its config (worker-id
+    /// schemes with their pool, `rongcloud` ones with an empty pool) as soon as the set runs:
+    /// so that a changed `workers_per_set` is refused by every set that ran the scheme's first
+    /// split, not only by the sets that leased one of its worker ids (a set that never leased
+    /// would take a new share that overlaps ids another set still issues). Never overwrites a
+    /// record. Supersedes `RecordSchemes` (still applied as it was); a command an older build
+    /// stops on (README "Upgrading").
+    RecordSchemePools { schemes: Vec<(String, SchemeRecord)> },
 }
 
 /// `AcquireWorkerAt` reuses a free worker id only once its high-water mark is this far behind
@@ -413,7 +422,8 @@ pub struct SchemeRecord {
 }
 
 impl SchemeRecord {
-    fn describe(&self) -> String {
+    /// The layout fingerprint and the worker ids, as error messages and logs show them.
+    pub fn describe(&self) -> String {
         format!("{}; worker ids [{}, {})", self.layout, self.pool_begin, self.pool_end)
     }
 }
@@ -735,20 +745,14 @@ impl StoreState {
                 self.reserve_session_time(*alloc, scheme, layout, *section, *lease_epoch, *up_to_ms)
             }
             Command::RecordSchemes { schemes } => {
-                let mut control_changed = false;
-                for (name, fingerprint) in schemes {
-                    if !self.control.schemes.contains_key(name) {
-                        let record = SchemeRecord {
-                            layout: fingerprint.clone(),
-                            pool_begin: 0,
-                            pool_end: 0,
-                        };
-                        self.control.schemes.insert(name.clone(), record);
-                        control_changed = true;
-                    }
-                }
-                ApplyOutcome { result: Ok(Applied::Done), changed: Vec::new(), control_changed }
+                let records = schemes.iter().map(|(name, fingerprint)| {
+                    let record =
+                        SchemeRecord { layout: fingerprint.clone(), pool_begin: 0, pool_end: 0 };
+                    (name.clone(), record)
+                });
+                self.record_schemes(records)
             }
+            Command::RecordSchemePools { schemes } => self.record_schemes(schemes.iter().cloned()),
             Command::FreeWorkers { alloc } => {
                 let mut freed = false;
                 for ws in self.control.workers.values_mut() {
@@ -764,6 +768,22 @@ impl StoreState {
                 }
             }
         }
+    }
+
+    /// `RecordSchemes` / `RecordSchemePools`: adds the records of the names not recorded yet.
+    fn record_schemes(
+        &mut self,
+        records: impl Iterator<Item = (String, SchemeRecord)>,
+    ) -> ApplyOutcome {
+        let mut control_changed = false;
+        for (name, record) in records {
+            if let std::collections::btree_map::Entry::Vacant(e) = self.control.schemes.entry(name)
+            {
+                e.insert(record);
+                control_changed = true;
+            }
+        }
+        ApplyOutcome { result: Ok(Applied::Done), changed: Vec::new(), control_changed }
     }
 
     /// `AcquireWorker` / `AcquireWorkerAt`: refused if the scheme was first leased under
@@ -1311,6 +1331,36 @@ mod tests {
         assert!(
             matches!(reserve(&mut fresh, c, "L", 2, e, 1_000), Err(Rejected::SchemeChanged { .. })),
             "a set that recorded the scheme refuses another range, though it never reserved"
+        );
+    }
+
+    /// A set that recorded a worker scheme's pool at start (`RecordSchemePools`) refuses a
+    /// lease under another pool (a changed `workers_per_set`) though it never leased one of
+    /// its ids: without the record it would take the new share, which can overlap worker ids
+    /// another set still issues. Records are never overwritten.
+    #[test]
+    fn a_recorded_pool_refuses_a_changed_split_before_any_lease() {
+        let mut state = StoreState::new();
+        let record = |pool: std::ops::Range<u64>| SchemeRecord {
+            layout: "L1".into(),
+            pool_begin: pool.start,
+            pool_end: pool.end,
+        };
+        let schemes = vec![("snowflake".to_string(), record(8..16))];
+        assert!(state.apply(&Command::RecordSchemePools { schemes }).control_changed);
+        let schemes = vec![("snowflake".to_string(), record(4..8))];
+        assert!(!state.apply(&Command::RecordSchemePools { schemes }).control_changed);
+        assert_eq!(state.control.schemes["snowflake"], record(8..16));
+        let a = registered(&mut state, "a:1");
+        assert!(
+            matches!(acquire_at(&mut state, a, 4..8, 1_000), Err(Rejected::SchemeChanged { .. })),
+            "a new split refused by the set that recorded the old one"
+        );
+        assert!(state.control.workers.is_empty(), "nothing leased");
+        assert_eq!(
+            acquire_at(&mut state, a, 8..16, 1_000),
+            Ok(Applied::Worker { worker: 8, high_water_ms: 0 }),
+            "the recorded split leases"
         );
     }
 

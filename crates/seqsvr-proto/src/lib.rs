@@ -90,10 +90,102 @@ pub fn parse_grpc_timeout(text: &str) -> Option<std::time::Duration> {
     })
 }
 
+/// Puts the ids of a `NextIds` answer wider than 64 bits (uuidv7, rongcloud) where the request
+/// asked for them: `ids128_packed` (one buffer, 16 big-endian bytes per id) when it set
+/// `packed_ids128`, else `ids128` (one 16-byte field per id, what older SDKs read).
+pub fn put_ids128(response: &mut v1::NextIdsResponse, ids: &[u128], packed: bool) {
+    if packed {
+        let mut buf = Vec::with_capacity(ids.len() * 16);
+        for id in ids {
+            buf.extend_from_slice(&id.to_be_bytes());
+        }
+        response.ids128_packed = buf;
+    } else {
+        response.ids128 = ids.iter().map(|id| id.to_be_bytes().to_vec()).collect();
+    }
+}
+
+/// The ids of a `NextIds` answer wider than 64 bits, from whichever of `ids128` and
+/// `ids128_packed` holds them (an AllocSvr that predates `packed_ids128` fills `ids128` whatever
+/// was asked). Err(why) for anything that is not whole 16-byte ids in one of the two fields: the
+/// answer is network input.
+pub fn ids128_of(response: &v1::NextIdsResponse) -> Result<Vec<u128>, String> {
+    match (response.ids128.is_empty(), response.ids128_packed.is_empty()) {
+        (_, true) => response
+            .ids128
+            .iter()
+            .enumerate()
+            .map(|(pos, bytes)| {
+                <[u8; 16]>::try_from(bytes.as_slice())
+                    .map(u128::from_be_bytes)
+                    .map_err(|_| format!("ids128[{pos}] has {} bytes, not 16", bytes.len()))
+            })
+            .collect(),
+        (true, false) => {
+            let packed = &response.ids128_packed;
+            if !packed.len().is_multiple_of(16) {
+                return Err(format!(
+                    "ids128_packed has {} bytes, not a multiple of 16",
+                    packed.len()
+                ));
+            }
+            Ok(packed
+                .chunks_exact(16)
+                .map(|raw| {
+                    let mut id = [0u8; 16];
+                    id.copy_from_slice(raw);
+                    u128::from_be_bytes(id)
+                })
+                .collect())
+        }
+        (false, false) => Err("both ids128 and ids128_packed hold ids".into()),
+    }
+}
+
+/// How many 128-bit ids an answer holds, in either field, without reading them: a packed
+/// buffer that is not whole ids still counts (rounded up), so that an answer is never taken for
+/// one without 128-bit ids because its buffer is short; [`ids128_of`] refuses it.
+pub fn ids128_count(response: &v1::NextIdsResponse) -> usize {
+    response.ids128.len() + response.ids128_packed.len().div_ceil(16)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn ids128_read_back_from_either_field() {
+        let ids = [1u128, 7u128 << 76, u128::MAX];
+        for packed in [false, true] {
+            let mut r = v1::NextIdsResponse::default();
+            put_ids128(&mut r, &ids, packed);
+            assert_eq!(r.ids128.is_empty(), packed);
+            assert_eq!(r.ids128_packed.is_empty(), !packed);
+            assert_eq!(ids128_count(&r), 3);
+            assert_eq!(ids128_of(&r).unwrap(), ids);
+        }
+        // Big-endian, the RFC 9562 byte order.
+        let mut r = v1::NextIdsResponse::default();
+        put_ids128(&mut r, &[0x0102], true);
+        assert_eq!(r.ids128_packed[14..], [1, 2]);
+    }
+
+    #[test]
+    fn malformed_ids128_are_errors() {
+        let r = v1::NextIdsResponse { ids128: vec![vec![0; 15]], ..Default::default() };
+        assert_eq!(ids128_of(&r).unwrap_err(), "ids128[0] has 15 bytes, not 16");
+        let r = v1::NextIdsResponse { ids128_packed: vec![0; 17], ..Default::default() };
+        assert_eq!(ids128_of(&r).unwrap_err(), "ids128_packed has 17 bytes, not a multiple of 16");
+        let short = v1::NextIdsResponse { ids128_packed: vec![0; 15], ..Default::default() };
+        assert_eq!(ids128_count(&short), 1, "a short buffer is not taken for no ids");
+        let r = v1::NextIdsResponse {
+            ids128: vec![vec![0; 16]],
+            ids128_packed: vec![0; 16],
+            ..Default::default()
+        };
+        assert!(ids128_of(&r).unwrap_err().contains("both"));
+    }
 
     #[test]
     fn request_ids_are_short_printable_ascii() {

@@ -120,16 +120,13 @@ pub struct NodeConfig {
     pub worker_pools: std::collections::BTreeMap<String, std::ops::Range<u64>>,
     /// `rongcloud` scheme name → its fingerprint (layout and session uid range).
     pub session_schemes: std::collections::BTreeMap<String, String>,
-    /// `ids.reserve_ms + ids.max_ahead_ms` + an hour of clock skew: the furthest a worker's
-    /// high-water mark may be reserved ahead of this member's wall clock (a clock further
-    /// ahead would push the mark, which every later holder starts above, into the future).
+    /// Every id scheme → what this set records for it at once (`scheme_records`).
+    pub scheme_records: std::collections::BTreeMap<String, seqsvr_core::store::SchemeRecord>,
+    /// `ids.reserve_ms + ids.max_ahead_ms + ids.max_clock_skew_ms`: the furthest a time mark
+    /// may be reserved ahead of this member's wall clock (a clock further ahead would push the
+    /// mark, which every later holder starts above, into the future).
     pub max_reserve_ahead_ms: u64,
 }
-
-/// How far an AllocSvr's wall clock may run ahead of the store leader's before its time
-/// reservations are refused: an hour, far beyond NTP-kept skew, well short of a clock set
-/// years ahead.
-pub const MAX_CLOCK_SKEW_MS: u64 = 3_600_000;
 
 /// The worker ids set `set` leases out, per id scheme with worker ids. Only the layouts' shapes
 /// count: a scheme that ran out (or whose epoch is ahead of this clock) must not stop a store,
@@ -162,6 +159,29 @@ pub fn session_schemes(
         .filter(|(_, (layout, _))| layout.scheme() == seqsvr_core::idscheme::Scheme::RongCloud)
         .map(|(name, (layout, scheme))| (name, scheme.fingerprint(&layout)))
         .collect())
+}
+
+/// Every id scheme's name → what set `set` records for it as soon as it runs: its fingerprint
+/// (`IdSchemeConfig::fingerprint`, what AllocSvrs lease and reserve under) and the set's worker
+/// ids ([`worker_pools`]; none for `rongcloud`). A set whose record differs (a changed layout,
+/// session uid range or `workers_per_set`) refuses the scheme's leases and reservations.
+pub fn scheme_records(
+    cluster: &ClusterConfig,
+    set: SetId,
+) -> anyhow::Result<std::collections::BTreeMap<String, seqsvr_core::store::SchemeRecord>> {
+    let mut records = std::collections::BTreeMap::new();
+    for (name, (layout, scheme)) in cluster.ids.load_shapes(&cluster.sets)? {
+        let pool = scheme
+            .worker_pool(&layout, set)
+            .map_err(|e| anyhow::anyhow!("ids.schemes.{name}: {e}"))?;
+        let record = seqsvr_core::store::SchemeRecord {
+            layout: scheme.fingerprint(&layout),
+            pool_begin: pool.start,
+            pool_end: pool.end,
+        };
+        records.insert(name, record);
+    }
+    Ok(records)
 }
 
 impl NodeConfig {
@@ -256,11 +276,13 @@ impl NodeConfig {
                 .with_context(|| format!("in {}", args.config.display()))?,
             session_schemes: session_schemes(&cluster)
                 .with_context(|| format!("in {}", args.config.display()))?,
+            scheme_records: scheme_records(&cluster, set_id)
+                .with_context(|| format!("in {}", args.config.display()))?,
             max_reserve_ahead_ms: cluster
                 .ids
                 .reserve_ms
                 .saturating_add(cluster.ids.max_ahead_ms)
-                .saturating_add(MAX_CLOCK_SKEW_MS),
+                .saturating_add(cluster.ids.max_clock_skew_ms),
         })
     }
 }

@@ -143,6 +143,7 @@ pub fn to_status(error: RequestError) -> Status {
             waited.as_millis()
         )),
         RequestError::Invalid(why) => Status::invalid_argument(why),
+        RequestError::ClockAhead(why) => Status::unavailable(why),
         RequestError::Precondition(why) => Status::failed_precondition(why),
         RequestError::OutcomeUnknown => Status::unavailable(
             "this member caught up by snapshot before the proposal was seen applying: it may or \

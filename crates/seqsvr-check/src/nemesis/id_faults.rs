@@ -189,6 +189,8 @@ impl IdRecorder {
             session_type: session.map_or(0, |s| s.session_type),
             session_id: session.map_or_else(String::new, |s| s.session_id.clone()),
             session_hash: session.filter(|s| s.session_id.is_empty()).map(|s| s.session_hash),
+            // As the SDK asks (older AllocSvrs answer in `ids128`: both are read).
+            packed_ids128: true,
         });
         request.set_timeout(deadline);
         let invoke_ns = self.now_ns();
@@ -764,6 +766,7 @@ mod tests {
             }
             let worker = if rongcloud { 0 } else { 5 + self.me as u64 };
             let mut answer = pb::NextIdsResponse { worker_id: worker, ..Default::default() };
+            let mut wide = Vec::new();
             for _ in 0..r.count {
                 *next += 1;
                 let stamp = Stamp { time: 1_000_000 + *next, sequence: 0 };
@@ -774,8 +777,11 @@ mod tests {
                 let id = layout.encode(&fields).unwrap();
                 match u64::try_from(id) {
                     Ok(id) if !rongcloud => answer.ids.push(id),
-                    _ => answer.ids128.push(id.to_be_bytes().to_vec()),
+                    _ => wide.push(id),
                 }
+            }
+            if !wide.is_empty() {
+                seqsvr_proto::put_ids128(&mut answer, &wide, r.packed_ids128);
             }
             Ok(tonic::Response::new(answer))
         }

@@ -33,9 +33,13 @@ pub struct DriverConfig {
     /// Id scheme name → the worker ids this set leases out (`[ids.schemes]`; the schemes with
     /// worker ids only).
     pub worker_pools: std::collections::BTreeMap<String, std::ops::Range<u64>>,
-    /// `rongcloud` scheme name → its fingerprint: the leader records each in the set's state
-    /// (`Command::RecordSchemes`) and refuses session reservations that name another.
+    /// `rongcloud` scheme name → its fingerprint: session reservations that name another are
+    /// refused.
     pub session_schemes: std::collections::BTreeMap<String, String>,
+    /// Every id scheme of the config → what this set records for it as soon as it runs
+    /// (`Command::RecordSchemePools`, proposed by the leader): its fingerprint and this set's
+    /// worker ids (empty for `rongcloud`).
+    pub scheme_records: std::collections::BTreeMap<String, seqsvr_core::store::SchemeRecord>,
     /// The furthest a high-water mark may be reserved ahead of this member's wall clock.
     pub max_reserve_ahead_ms: u64,
 }
@@ -63,6 +67,11 @@ pub enum RequestError {
     Stopped,
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// A time reservation too far ahead of this leader's clock: one of the two clocks is
+    /// wrong. Retryable (UNAVAILABLE): nothing was proposed, and the same request is accepted
+    /// once the clocks agree again.
+    #[error("{0}")]
+    ClockAhead(String),
     /// Valid, but not now (a membership change pending, a learner not caught up).
     #[error("{0}")]
     Precondition(String),

@@ -8,7 +8,7 @@ use crate::leader_state::SlotChange;
 use raft::StateRole;
 use seqsvr_core::arbiter::{grant_for, Arbiter, LeaseChangeError, LeaseConfig};
 use seqsvr_core::ids::{AllocId, RouteVersion};
-use seqsvr_core::store::{Applied, Command, Rejected};
+use seqsvr_core::store::{Applied, Command, Rejected, SchemeRecord};
 
 impl Driver {
     fn now_ms(&self) -> u64 {
@@ -93,24 +93,50 @@ impl Driver {
         let control = self.node.store().state().control();
         let Some(arbiter) = self.arbiter.get_mut_of_term(term) else { return };
         let mut commands = arbiter.plan(now, control, self.config.sections);
-        if commands.is_empty() && control.lease.is_some() {
-            // Every rongcloud scheme of the config is recorded as soon as the set runs, before
-            // anyone reserves: so that every set refuses a later change of its session uid
-            // range, not only the sets whose sections served the scheme.
-            let missing: Vec<(String, String)> = self
+        if control.lease.is_some() {
+            // Every scheme of the config is recorded as soon as the set runs, before anyone
+            // leases or reserves: so that every set refuses a later change of a layout, of a
+            // session uid range or of the worker split, not only the sets that served the
+            // scheme (a set that never leased would take a new share of worker ids that can
+            // overlap ids another set still issues).
+            let missing: Vec<(String, SchemeRecord)> = self
                 .config
-                .session_schemes
+                .scheme_records
                 .iter()
                 .filter(|(name, _)| !control.schemes.contains_key(*name))
-                .map(|(name, fingerprint)| (name.clone(), fingerprint.clone()))
+                .map(|(name, record)| (name.clone(), record.clone()))
                 .collect();
             if !missing.is_empty() {
-                commands.push(Command::RecordSchemes { schemes: missing });
+                commands.push(Command::RecordSchemePools { schemes: missing });
             }
         }
         for command in commands {
             tracing::info!(?command, "arbiter proposes");
             self.propose(command, ProposalReply::Arbiter);
+        }
+        self.log_changed_schemes();
+    }
+
+    /// Logs, once per scheme, a config whose scheme differs from what the set recorded: every
+    /// lease and reservation under it is refused, and the operator should know why at once.
+    fn log_changed_schemes(&mut self) {
+        let control = self.node.store().state().control();
+        let changed: Vec<(String, String, String)> = self
+            .config
+            .scheme_records
+            .iter()
+            .filter(|(name, _)| !self.changed_schemes_logged.contains(*name))
+            .filter_map(|(name, ours)| {
+                let recorded = control.schemes.get(name).filter(|r| *r != ours)?;
+                Some((name.clone(), recorded.describe(), ours.describe()))
+            })
+            .collect();
+        for (name, recorded, ours) in changed {
+            tracing::error!(scheme = %name, %recorded, config = %ours,
+                "this set recorded id scheme {name:?} differently from this member's cluster \
+                 config: its worker leases and time reservations are refused; restore the \
+                 recorded layout and split, or serve the new one under a new scheme name");
+            self.changed_schemes_logged.insert(name);
         }
     }
 

@@ -61,7 +61,7 @@ use seqsvr_core::ids::AllocId;
 use seqsvr_core::store::{Command, HolderRefused};
 use seqsvr_server::BootInstant;
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
 /// Proposals awaiting apply at most; past it, callers get UNAVAILABLE (overloaded).
@@ -100,7 +100,16 @@ pub struct Driver {
     /// Whether this member knows a leader with a quorum in sight, and why not: what the
     /// StoreSvr's gRPC health reports.
     serving: watch::Sender<Serving>,
+    /// Id schemes whose config differs from what the set recorded, already logged (one error
+    /// line per scheme, not one per arbiter round).
+    changed_schemes_logged: std::collections::BTreeSet<String>,
+    /// Time reservations refused as too far ahead since the last log line, and when that was.
+    clock_refusals: u64,
+    clock_refusal_logged: Option<Instant>,
 }
+
+/// At most one log line per this long about reservations refused as too far ahead.
+const CLOCK_REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 
 impl Driver {
     pub fn new(
@@ -136,6 +145,9 @@ impl Driver {
             vote_block_logged_term: 0,
             metrics: crate::metrics::StoreMetrics::new(),
             published_leader: raft::INVALID_ID,
+            changed_schemes_logged: Default::default(),
+            clock_refusals: 0,
+            clock_refusal_logged: None,
             serving: watch::channel(Serving {
                 serving: false,
                 reason: "starting",
@@ -373,7 +385,7 @@ impl Driver {
     /// ahead of this (the leader's) clock. A follower redirects first: only the leader's clock
     /// judges.
     fn check_reservation(
-        &self,
+        &mut self,
         alloc: AllocId,
         identity: Option<&str>,
         up_to_ms: u64,
@@ -424,17 +436,30 @@ impl Driver {
 
     /// Every later holder (of a worker id, or owner of a section's sessions) starts above a
     /// time mark: a clock far ahead must not push it into the future (they would wait for it).
-    fn check_reserve_ahead(&self, up_to_ms: u64, scheme: &str) -> Result<(), RequestError> {
+    fn check_reserve_ahead(&mut self, up_to_ms: u64, scheme: &str) -> Result<(), RequestError> {
         let now_ms = seqsvr_server::clock::unix_ms_now();
         let limit = now_ms.saturating_add(self.config.max_reserve_ahead_ms);
         if up_to_ms <= limit {
             return Ok(());
         }
-        tracing::warn!(scheme = %scheme, up_to_ms, now_ms,
-            "time reservation refused: the AllocSvr's clock runs far ahead of ours");
-        Err(RequestError::Invalid(format!(
+        // An AllocSvr retries every ~200 ms per slot: one line per 10 s, with the count.
+        self.clock_refusals += 1;
+        let now = Instant::now();
+        if self
+            .clock_refusal_logged
+            .is_none_or(|at| now.duration_since(at) >= CLOCK_REFUSAL_LOG_EVERY)
+        {
+            tracing::warn!(scheme = %scheme, up_to_ms, now_ms, refused = self.clock_refusals,
+                max_ahead_ms = self.config.max_reserve_ahead_ms,
+                "time reservation refused: an AllocSvr's clock runs far ahead of this leader's \
+                 (or this leader's far behind); `refused` counts refusals since the last line");
+            self.clock_refusal_logged = Some(now);
+            self.clock_refusals = 0;
+        }
+        Err(RequestError::ClockAhead(format!(
             "reserving up to {} is more than {} ms ahead of the store leader's clock ({}): the \
-             AllocSvr's clock runs far ahead, or this leader's far behind; fix the wrong one",
+             AllocSvr's clock runs far ahead, or this leader's far behind; fix the wrong one \
+             (ids.max_clock_skew_ms)",
             seqsvr_core::idscheme::rfc3339_ms(up_to_ms),
             self.config.max_reserve_ahead_ms,
             seqsvr_core::idscheme::rfc3339_ms(now_ms)

@@ -407,3 +407,76 @@ fn the_set_is_established_only_when_every_voter_is_past_the_bootstrap() {
     assert!(net.driver(1).every_voter_past_bootstrap());
     assert!(!net.driver(2).every_voter_past_bootstrap(), "only the leader can know");
 }
+
+/// The leader records every id scheme of its config, with this set's worker ids, as soon as the
+/// set runs and before anyone leases one: a set that never leased a worker id still refuses a
+/// later change of the worker split (which could hand it ids another set still issues). Fails
+/// without the `RecordSchemePools` proposal of `leases.rs::arbitrate`.
+#[test]
+fn the_leader_records_every_scheme_of_its_config_before_any_lease() {
+    let snowflake =
+        seqsvr_core::store::SchemeRecord { layout: "L1".into(), pool_begin: 0, pool_end: 3 };
+    let mut net = Network::with_config(3, |c| {
+        c.scheme_records.insert("snowflake".into(), snowflake.clone());
+    });
+    net.elect(1);
+    net.tick(&[1]); // the arbiter's next round
+    let ours = net.driver(1).config.scheme_records.clone();
+    assert_eq!(ours["snowflake"].pool_end, 3, "the harness config has a pool");
+    for id in net.ids() {
+        let control = net.store(id).state().control();
+        assert_eq!(control.schemes, ours, "member {id} recorded the config's schemes");
+        assert!(control.workers.is_empty(), "member {id}: recorded before any lease");
+    }
+    let before = net.raft(1).raft_log.last_index();
+    net.tick(&[1]);
+    assert_eq!(net.raft(1).raft_log.last_index(), before, "recorded once, not every round");
+}
+
+/// A time reservation more than `max_reserve_ahead_ms` ahead of the leader's clock is refused
+/// before anything is proposed, as retryable `ClockAhead` (a clock far ahead must not push a
+/// worker's mark, which every later holder starts above, into the future); one within it is
+/// proposed (and here refused at apply: the alloc holds no worker id). Fails without
+/// `check_reserve_ahead`.
+#[test]
+fn a_reservation_too_far_ahead_of_the_leaders_clock_is_refused_unproposed() {
+    let mut net = Network::new(3);
+    net.elect(1);
+    let (input, mut rx) = register("alloc-a:1");
+    net.send(1, input);
+    net.settle();
+    let alloc = answer(&mut rx).expect("registered");
+    net.tick(&[1]);
+    net.settle();
+    let reserve = |up_to_ms: u64| {
+        let (reply, rx) = oneshot::channel();
+        let reservation = super::TimeReservation {
+            alloc,
+            scheme: "snowflake".into(),
+            worker: 0,
+            up_to_ms,
+            layout: "L1".into(),
+        };
+        (Input::ReserveTime { reservation, identity: None, reply }, rx)
+    };
+    let ahead = net.driver(1).config.max_reserve_ahead_ms;
+    let before = net.raft(1).raft_log.last_index();
+    let now_ms = seqsvr_server::clock::unix_ms_now();
+    let (input, mut rx) = reserve(now_ms + ahead + 60_000);
+    net.send(1, input);
+    net.settle();
+    match answer(&mut rx) {
+        Err(RequestError::ClockAhead(why)) => assert!(why.contains("ahead"), "{why}"),
+        other => panic!("expected ClockAhead, got {other:?}"),
+    }
+    assert_eq!(net.raft(1).raft_log.last_index(), before, "a refused reservation was proposed");
+
+    let (input, mut rx) = reserve(now_ms + 1_000);
+    net.send(1, input);
+    net.settle();
+    assert!(
+        matches!(answer(&mut rx), Err(RequestError::Rejected(_))),
+        "within the bound: proposed, and refused at apply only because no worker id is held"
+    );
+    assert!(net.raft(1).raft_log.last_index() > before, "proposed");
+}
