@@ -29,6 +29,7 @@
 //! are unique but not ordered with each other.
 
 use crate::retry::{retryable, RetryPolicy};
+use crossbeam_queue::ArrayQueue;
 use futures::future::BoxFuture;
 use seqsvr_core::config::{ClusterConfig, IdsConfig};
 use seqsvr_core::idscheme::{
@@ -37,9 +38,9 @@ use seqsvr_core::idscheme::{
 use seqsvr_proto::v1::id_service_client::IdServiceClient;
 use seqsvr_proto::v1::seq_service_client::SeqServiceClient;
 use seqsvr_proto::v1::{self as pb};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -746,7 +747,9 @@ pub struct CachedIdsStats {
 ///   than `capacity`).
 /// - **Strictly in order**: ids are handed out in the order they were received, each answer's
 ///   ids in their (strictly increasing) order.
-/// - **Never twice**: each buffered id is taken once, under a lock. Before an answer is
+/// - **Never twice**: each buffered id is taken once: the buffer is a bounded lock-free FIFO
+///   queue (`crossbeam_queue::ArrayQueue`, whose pop is linearizable), so takers on several
+///   threads never wait on one another's lock. Before an answer is
 ///   buffered it is checked: its ids strictly increase, and the first is above the last id
 ///   received from the same worker id (whose ids strictly increase over all time); an answer
 ///   that fails either check is refused whole (INTERNAL to a waiting caller), never buffered.
@@ -770,6 +773,14 @@ pub struct CachedIds {
 }
 
 struct Shared {
+    /// The buffered ids, oldest first. Only the refill task pushes (under `state`, after the
+    /// answer's checks); takers pop without a lock.
+    queue: ArrayQueue<Id>,
+    /// A take woke the refill task since it last looked at the buffer: the takes after it need
+    /// not wake it again (one wake, not one per take below half).
+    refill_asked: AtomicBool,
+    /// The last refill failed: the task waits until ids are asked for before trying again.
+    paused: AtomicBool,
     state: Mutex<CacheState>,
     /// Wakes the refill task: a take left the buffer at half or below, or a caller waits.
     wake_task: Notify,
@@ -786,36 +797,53 @@ impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, CacheState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// After a take: wakes the refill task if the buffer is at half or below, unless a take did
+    /// since the task last looked. The fence pairs with the one in [`refill`]: either this take
+    /// sees the task's reset of `refill_asked`, or the task sees this take's pop in the length.
+    fn after_take(&self) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.queue.len() <= self.low_water
+            && !self.refill_asked.load(Ordering::SeqCst)
+            && !self.refill_asked.swap(true, Ordering::SeqCst)
+        {
+            self.wake_task.notify_one();
+        }
+    }
+
+    /// A take clears a failed refill's pause (a store only when set: no write per take to the
+    /// line every taker reads).
+    fn unpause(&self) {
+        if self.paused.load(Ordering::Relaxed) {
+            self.paused.store(false, Ordering::SeqCst);
+        }
+    }
 }
 
 #[derive(Default)]
 struct CacheState {
-    buf: VecDeque<Id>,
     /// Per worker id, the last id received from it: its next answer must start above it.
     last_of_worker: HashMap<u64, Id>,
     /// The width (64 or 128) of every id received so far.
     bits: Option<u32>,
-    /// The last refill failed: the task waits until ids are asked for before trying again.
-    paused: bool,
     /// The failure of the last refill (None once a refill succeeds).
     last_failure: Option<Status>,
-    /// A take woke the refill task since it last looked at the buffer: the takes after it need
-    /// not wake it again (one wake, not one per take below half).
-    refill_asked: bool,
+    /// Ids buffered so far, over all refills: `handed_out` is this minus the ids buffered now.
+    received: u64,
     stats: CachedIdsStats,
 }
 
 impl CacheState {
-    /// Wakes the refill task, unless a take did since it last looked.
-    fn ask_refill(&mut self, wake_task: &Notify) {
-        if !self.refill_asked {
-            self.refill_asked = true;
-            wake_task.notify_one();
-        }
-    }
-
-    /// Buffers an answer after checking it (see [`CachedIds`]); Err: refused, nothing buffered.
-    fn accept(&mut self, answer: Ids, asked: u32, capacity: usize) -> Result<(), Status> {
+    /// Buffers an answer in `queue` after checking it (see [`CachedIds`]); Err: refused,
+    /// nothing buffered. Only the refill task calls it, under the state lock, so the buffer can
+    /// only shrink meanwhile: the capacity checked here holds for every push.
+    fn accept(
+        &mut self,
+        queue: &ArrayQueue<Id>,
+        answer: Ids,
+        asked: u32,
+        capacity: usize,
+    ) -> Result<(), Status> {
         let refuse = |why: String| {
             Status::internal(format!(
                 "refused a refill of the id cache ({why}), so that no id is handed out twice"
@@ -825,11 +853,11 @@ impl CacheState {
         if answer.ids.len() > asked as usize {
             return Err(refuse(format!("{} ids for {asked} asked", answer.ids.len())));
         }
-        if self.buf.len() + answer.ids.len() > capacity {
+        if queue.len() + answer.ids.len() > capacity {
             return Err(refuse(format!(
                 "{} ids do not fit beside the {} buffered (capacity {capacity})",
                 answer.ids.len(),
-                self.buf.len()
+                queue.len()
             )));
         }
         if self.bits.is_some_and(|bits| bits != first.bits()) {
@@ -852,7 +880,11 @@ impl CacheState {
         if let Some(last) = answer.ids.get(answer.ids.len() - 1) {
             self.last_of_worker.insert(worker, last);
         }
-        self.buf.extend(answer.ids.iter());
+        for id in answer.ids.iter() {
+            let pushed = queue.push(id);
+            assert!(pushed.is_ok(), "room was checked above and only this task pushes");
+        }
+        self.received += answer.ids.len() as u64;
         Ok(())
     }
 }
@@ -881,10 +913,10 @@ impl CachedIds {
             )
         })?;
         let shared = Arc::new(Shared {
-            state: Mutex::new(CacheState {
-                buf: VecDeque::with_capacity(options.capacity),
-                ..CacheState::default()
-            }),
+            queue: ArrayQueue::new(options.capacity),
+            refill_asked: AtomicBool::new(false),
+            paused: AtomicBool::new(false),
+            state: Mutex::new(CacheState::default()),
             wake_task: Notify::new(),
             changed: Notify::new(),
             low_water: options.capacity / 2,
@@ -908,19 +940,16 @@ impl CachedIds {
         }
         let until = Instant::now() + deadline;
         loop {
-            // Registered before the state is looked at, so a change in between is not missed.
+            // Registered before the buffer is looked at, so a refill in between is not missed.
             let changed = self.shared.changed.notified();
             {
-                let mut state = self.shared.lock();
-                state.paused = false;
-                if let Some(id) = state.buf.pop_front() {
-                    state.stats.handed_out += 1;
-                    if state.buf.len() <= self.shared.low_water {
-                        self.shared.wake_task.notify_one();
-                    }
+                self.shared.unpause();
+                if let Some(id) = self.shared.queue.pop() {
+                    self.shared.after_take();
                     return Ok(id);
                 }
                 self.shared.wake_task.notify_one();
+                let state = self.shared.lock();
                 if let Some(f) = state.last_failure.as_ref().filter(|f| !retryable(f.code())) {
                     return Err(Status::new(
                         f.code(),
@@ -953,22 +982,18 @@ impl CachedIds {
     /// The oldest buffered id if there is one, without waiting (a take that leaves the buffer at
     /// half or below starts a refill, as [`CachedIds::next`]).
     pub fn try_next(&self) -> Option<Id> {
-        let mut state = self.shared.lock();
-        state.paused = false;
-        let id = state.buf.pop_front();
-        if id.is_some() {
-            state.stats.handed_out += 1;
-        }
-        if state.buf.len() <= self.shared.low_water {
-            state.ask_refill(&self.shared.wake_task);
-        }
+        self.shared.unpause();
+        let id = self.shared.queue.pop();
+        self.shared.after_take();
         id
     }
 
     /// The counters so far.
     pub fn stats(&self) -> CachedIdsStats {
         let state = self.shared.lock();
-        CachedIdsStats { buffered: state.buf.len(), ..state.stats }
+        // Under the lock no push runs, so every id received is buffered or handed out.
+        let buffered = self.shared.queue.len();
+        CachedIdsStats { buffered, handed_out: state.received - buffered as u64, ..state.stats }
     }
 
     /// The most ids buffered at once.
@@ -990,12 +1015,11 @@ async fn refill<S: IdSource>(shared: Arc<Shared>, source: S, fetch_deadline: Dur
     loop {
         loop {
             let woken = shared.wake_task.notified();
-            {
-                let mut state = shared.lock();
-                state.refill_asked = false;
-                if state.buf.len() <= shared.low_water && !state.paused {
-                    break;
-                }
+            shared.refill_asked.store(false, Ordering::SeqCst);
+            // Pairs with the fence of `Shared::after_take` (see there).
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if shared.queue.len() <= shared.low_water && !shared.paused.load(Ordering::SeqCst) {
+                break;
             }
             woken.await;
         }
@@ -1012,7 +1036,8 @@ async fn refill<S: IdSource>(shared: Arc<Shared>, source: S, fetch_deadline: Dur
         let failed = {
             let mut state = shared.lock();
             state.stats.fetches += 1;
-            let accepted = fetched.and_then(|ids| state.accept(ids, shared.batch, shared.capacity));
+            let accepted = fetched
+                .and_then(|ids| state.accept(&shared.queue, ids, shared.batch, shared.capacity));
             match accepted {
                 Ok(()) => {
                     state.last_failure = None;
@@ -1023,7 +1048,7 @@ async fn refill<S: IdSource>(shared: Arc<Shared>, source: S, fetch_deadline: Dur
                         "the id cache's refill failed");
                     state.stats.failed_fetches += 1;
                     state.last_failure = Some(status);
-                    state.paused = true;
+                    shared.paused.store(true, Ordering::SeqCst);
                     true
                 }
             }
@@ -1173,6 +1198,7 @@ mod tests {
     use pb::id_service_server::{IdService, IdServiceServer};
     use pb::seq_service_server::{SeqService, SeqServiceServer};
     use seqsvr_core::idscheme::LayoutSpec;
+    use std::collections::VecDeque;
     use std::sync::atomic::AtomicU64;
     use tonic::Code;
 
@@ -1635,6 +1661,9 @@ mod tests {
         all.sort();
         assert_eq!(all, (1..=4000).map(Id::U64).collect::<Vec<_>>());
         assert!(counter.asked.lock().unwrap().iter().all(|&n| n == 32));
+        let stats = cache.stats();
+        assert_eq!(stats.handed_out, 4000, "{stats:?}");
+        assert_eq!(stats.handed_out + stats.buffered as u64, 32 * stats.fetches, "{stats:?}");
     }
 
     /// A source that answers only when the test releases it (one answer per permit).
