@@ -21,7 +21,7 @@ WORK=${SEQSVR_MUTANTS_DIR:-$HOME/.cache/seqsvr/mutants}
 # The files and functions mutated: every mutant of lease.rs, and these functions of the others.
 FILES=(crates/seqsvr-core/src/lease.rs crates/seqsvr-core/src/arbiter.rs
   crates/seqsvr-core/src/store.rs)
-RE=${SEQSVR_MUTANTS_RE:-'lease\.rs|Arbiter::may_grant|Arbiter::over_at|Arbiter::lease_over|Arbiter::is_settled_in|StoreState::advance|StoreState::fence|StoreState::reserve_session_time|validate_advance|ControlState::check_holder'}
+RE=${SEQSVR_MUTANTS_RE:-'lease\.rs|Arbiter::may_grant|Arbiter::over_at|Arbiter::lease_over|Arbiter::is_settled_in|StoreState::advance|StoreState::fence|StoreState::reserve_session_time|StoreState::record_schemes|StoreState::apply_acquire_worker|validate_advance|ControlState::check_holder'}
 
 if ! command -v cargo >/dev/null 2>&1; then
   echo "error: cargo not found: install Rust (https://rustup.rs) first" >&2
