@@ -422,6 +422,12 @@ pub struct SchemeRecord {
 }
 
 impl SchemeRecord {
+    /// This set's worker ids of the scheme; None for a scheme without worker ids (`rongcloud`,
+    /// whose sessions are owned by sections instead).
+    pub fn pool(&self) -> Option<std::ops::Range<u64>> {
+        (self.pool_begin < self.pool_end).then_some(self.pool_begin..self.pool_end)
+    }
+
     /// The layout fingerprint and the worker ids, as error messages and logs show them.
     pub fn describe(&self) -> String {
         format!("{}; worker ids [{}, {})", self.layout, self.pool_begin, self.pool_end)

@@ -116,10 +116,6 @@ pub struct NodeConfig {
     pub lease: AllocTuning,
     /// Mutual TLS (the cluster file's `[tls]` + --tls-cert/--tls-key); None: plaintext.
     pub tls: Option<seqsvr_server::tls::TlsSetup>,
-    /// Id scheme → the worker ids this set leases out (`[ids.schemes]`, schemes with workers).
-    pub worker_pools: std::collections::BTreeMap<String, std::ops::Range<u64>>,
-    /// `rongcloud` scheme name → its fingerprint (layout and session uid range).
-    pub session_schemes: std::collections::BTreeMap<String, String>,
     /// Every id scheme → what this set records for it at once (`scheme_records`).
     pub scheme_records: std::collections::BTreeMap<String, seqsvr_core::store::SchemeRecord>,
     /// `ids.reserve_ms + ids.max_ahead_ms + ids.max_clock_skew_ms`: the furthest a time mark
@@ -128,43 +124,12 @@ pub struct NodeConfig {
     pub max_reserve_ahead_ms: u64,
 }
 
-/// The worker ids set `set` leases out, per id scheme with worker ids. Only the layouts' shapes
-/// count: a scheme that ran out (or whose epoch is ahead of this clock) must not stop a store,
-/// which serves the sequences too; its AllocSvrs refuse its `NextIds`.
-pub fn worker_pools(
-    cluster: &ClusterConfig,
-    set: SetId,
-) -> anyhow::Result<std::collections::BTreeMap<String, std::ops::Range<u64>>> {
-    let mut pools = std::collections::BTreeMap::new();
-    for (name, (layout, scheme)) in cluster.ids.load_shapes(&cluster.sets)? {
-        let pool = scheme
-            .worker_pool(&layout, set)
-            .map_err(|e| anyhow::anyhow!("ids.schemes.{name}: {e}"))?;
-        if !pool.is_empty() {
-            pools.insert(name, pool);
-        }
-    }
-    Ok(pools)
-}
-
-/// Every `rongcloud` scheme's name → its fingerprint (`IdSchemeConfig::fingerprint`): what
-/// this set records at once and holds every session reservation to.
-pub fn session_schemes(
-    cluster: &ClusterConfig,
-) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
-    Ok(cluster
-        .ids
-        .load_shapes(&cluster.sets)?
-        .into_iter()
-        .filter(|(_, (layout, _))| layout.scheme() == seqsvr_core::idscheme::Scheme::RongCloud)
-        .map(|(name, (layout, scheme))| (name, scheme.fingerprint(&layout)))
-        .collect())
-}
-
 /// Every id scheme's name → what set `set` records for it as soon as it runs: its fingerprint
-/// (`IdSchemeConfig::fingerprint`, what AllocSvrs lease and reserve under) and the set's worker
-/// ids ([`worker_pools`]; none for `rongcloud`). A set whose record differs (a changed layout,
-/// session uid range or `workers_per_set`) refuses the scheme's leases and reservations.
+/// (`IdSchemeConfig::fingerprint`, what AllocSvrs lease and reserve under) and the worker ids
+/// the set leases out (none for `rongcloud`). A set whose record differs (a changed layout,
+/// session uid range or `workers_per_set`) refuses the scheme's leases and reservations. Only
+/// the layouts' shapes count: a scheme that ran out (or whose epoch is ahead of this clock) must
+/// not stop a store, which serves the sequences too; its AllocSvrs refuse its `NextIds`.
 pub fn scheme_records(
     cluster: &ClusterConfig,
     set: SetId,
@@ -272,10 +237,6 @@ impl NodeConfig {
             tuning,
             lease: cluster.alloc.clone(),
             tls,
-            worker_pools: worker_pools(&cluster, set_id)
-                .with_context(|| format!("in {}", args.config.display()))?,
-            session_schemes: session_schemes(&cluster)
-                .with_context(|| format!("in {}", args.config.display()))?,
             scheme_records: scheme_records(&cluster, set_id)
                 .with_context(|| format!("in {}", args.config.display()))?,
             max_reserve_ahead_ms: cluster

@@ -99,8 +99,6 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
                 lease_ms: config.lease.lease_ms,
                 margin_ms: config.lease.lease_margin_ms,
             },
-            worker_pools: config.worker_pools.clone(),
-            session_schemes: config.session_schemes.clone(),
             scheme_records: config.scheme_records.clone(),
             max_reserve_ahead_ms: config.max_reserve_ahead_ms,
         },

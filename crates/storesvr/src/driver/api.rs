@@ -30,15 +30,10 @@ pub struct DriverConfig {
     /// This member's config lease: proposed only while the set has no replicated lease yet
     /// (every grant and wait uses the replicated one).
     pub lease: LeaseConfig,
-    /// Id scheme name → the worker ids this set leases out (`[ids.schemes]`; the schemes with
-    /// worker ids only).
-    pub worker_pools: std::collections::BTreeMap<String, std::ops::Range<u64>>,
-    /// `rongcloud` scheme name → its fingerprint: session reservations that name another are
-    /// refused.
-    pub session_schemes: std::collections::BTreeMap<String, String>,
     /// Every id scheme of the config → what this set records for it as soon as it runs
-    /// (`Command::RecordSchemePools`, proposed by the leader): its fingerprint and this set's
-    /// worker ids (empty for `rongcloud`).
+    /// (`Command::RecordSchemePools`, proposed by the leader): its fingerprint and the worker
+    /// ids this set leases out (none for `rongcloud`, whose session reservations must name the
+    /// same fingerprint).
     pub scheme_records: std::collections::BTreeMap<String, seqsvr_core::store::SchemeRecord>,
     /// The furthest a high-water mark may be reserved ahead of this member's wall clock.
     pub max_reserve_ahead_ms: u64,

@@ -104,8 +104,6 @@ pub(super) fn test_config(id: u64, n: u64) -> DriverConfig {
         compact_log_entries: 1000,
         sections: SectionRange::new(SectionId(0), SectionId(100)).expect("a valid range"),
         lease: LeaseConfig { lease_ms: seqsvr_core::arbiter::MAX_LEASE_MS, margin_ms: 1000 },
-        worker_pools: [("snowflake".to_string(), 0..3)].into_iter().collect(),
-        session_schemes: Default::default(),
         // None by default: recording them adds a proposal to the arbiter's next round, which
         // tests counting log indexes would have to count.
         scheme_records: Default::default(),

@@ -286,9 +286,12 @@ impl Driver {
                     let _ = reply.send(Err(e));
                     return;
                 }
-                let Some(pool) = self.config.worker_pools.get(&scheme).cloned() else {
-                    let known: Vec<&str> =
-                        self.config.worker_pools.keys().map(String::as_str).collect();
+                let Some(pool) = self.config.scheme_records.get(&scheme).and_then(|r| r.pool())
+                else {
+                    let known: Vec<&str> = (self.config.scheme_records.iter())
+                        .filter(|(_, r)| r.pool().is_some())
+                        .map(|(name, _)| name.as_str())
+                        .collect();
                     let _ = reply.send(Err(RequestError::Invalid(format!(
                         "no id scheme {scheme:?} with worker ids in this store's cluster config \
                          (its [ids.schemes] with worker ids: {known:?})"
@@ -404,7 +407,8 @@ impl Driver {
         layout: &str,
         section: seqsvr_core::ids::SectionId,
     ) -> Result<(), RequestError> {
-        match self.config.session_schemes.get(scheme) {
+        let ours = self.config.scheme_records.get(scheme).filter(|r| r.pool().is_none());
+        match ours.map(|r| &r.layout) {
             Some(ours) if ours == layout => {}
             ours => {
                 tracing::error!(scheme = %scheme, asked = %layout, ours = ?ours,
@@ -419,7 +423,7 @@ impl Driver {
                     None => format!(
                         "no rongcloud scheme {scheme:?} in this store's cluster config (it has \
                          {:?}): give the StoreSvrs and AllocSvrs the same config",
-                        self.config.session_schemes.keys().collect::<Vec<_>>()
+                        self.session_scheme_names()
                     ),
                 }));
             }
@@ -432,6 +436,14 @@ impl Driver {
             )));
         }
         Ok(())
+    }
+
+    /// The `rongcloud` schemes of this member's config (the records without worker ids).
+    fn session_scheme_names(&self) -> Vec<&str> {
+        (self.config.scheme_records.iter())
+            .filter(|(_, r)| r.pool().is_none())
+            .map(|(name, _)| name.as_str())
+            .collect()
     }
 
     /// Every later holder (of a worker id, or owner of a section's sessions) starts above a
