@@ -332,6 +332,8 @@ for dist in $dists; do
     "$bench" run --target floor-batch --label "floor batch 1000" --batch 1000 "${floor_args[@]}" \
       --out "$out/floor-batch-$r.json"
     "$bench" run --target seqsvr --label seqsvr "${seq_args[@]}" --out "$out/seqsvr-$r.json"
+    "$bench" run --target seqsvr --label "seqsvr, RPC per batch" --no-stream "${seq_args[@]}" \
+      --out "$out/seqsvr-rpc-per-batch-$r.json"
     "$bench" run --target seqsvr --label "seqsvr, no coalescing" --no-coalesce "${seq_args[@]}" \
       --out "$out/seqsvr-single-$r.json"
     "$bench" run --target seqsvr-batch --label "seqsvr batch 1000" --batch 1000 "${seq_args[@]}" \
@@ -477,10 +479,12 @@ for dist in $dists; do dist_flags+=(--dist "$dist=$results/$dist"); done
   echo "the ratios, not the numbers. Every peer is driven at its best, and every ratio to a peer is to"
   echo "the peer at its best: **$redis_best** (AOF everysec, one redis-rs MultiplexedConnection"
   echo "shared by all $concurrency callers, which pipelines their commands). \"seqsvr\" is the client SDK as"
-  echo "shipped (it coalesces concurrent calls to one AllocSvr into one RPC); \"no coalescing\" sends one"
-  echo "RPC per call. The floor server is seqsvr's SeqService over the same mutual TLS, limits and role"
-  echo "check as an AllocSvr, bumping in-memory counters: \"floor, coalesced\" and \"floor batch 1000\" drive"
-  echo "it through the same SDK as seqsvr, \"floor, one RPC per call\" with a bare SeqServiceClient."
+  echo "shipped (it coalesces concurrent calls to one AllocSvr into batches, sent as messages on one"
+  echo "\`NextStream\` stream); \"RPC per batch\" sends each batch as a \`NextBatch\` RPC (the SDK before"
+  echo "streams); \"no coalescing\" sends one RPC per call. The floor server is seqsvr's SeqService over"
+  echo "the same mutual TLS, limits and role check as an AllocSvr, bumping in-memory counters: \"floor,"
+  echo "coalesced\" and \"floor batch 1000\" drive it through the same SDK as seqsvr (streams included),"
+  echo "\"floor, one RPC per call\" with a bare SeqServiceClient."
   echo "CPU µs/call: user + system time from /proc of the client process and of the target's server"
   echo "processes (the cluster's 10; the floor server; the Redis; etcd's 3; PostgreSQL's postmaster and"
   echo "all its backends) over the run, divided by the calls served (a batch call is 1,000 values)."

@@ -132,6 +132,13 @@ pub struct Shared {
     pub ids: crate::ids::IdSetup,
     /// One worker id lease in flight per scheme.
     pub id_locks: std::collections::BTreeMap<String, tokio::sync::Mutex<()>>,
+    /// Set once, when this AllocSvr stops serving (`hand_back`): every `NextStream` stream
+    /// answers the batches it holds and ends, so a graceful shutdown does not wait for clients
+    /// to close their streams.
+    pub streams_stop: tokio::sync::watch::Sender<bool>,
+    /// One per `NextStream` stream open (`alloc.max_streams`): the per-connection call limit
+    /// counts a stream only while it opens.
+    pub stream_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl Shared {
@@ -152,6 +159,7 @@ impl Shared {
         let store = StoreClient::for_set(config.set_id, &config.stores)?;
         let ids = config.ids.clone();
         let id_locks = ids.schemes.keys().map(|k| (k.clone(), Default::default())).collect();
+        let max_streams = config.tuning.max_streams;
         Ok(Arc::new(Shared {
             ids,
             id_locks,
@@ -178,6 +186,8 @@ impl Shared {
             },
             advance_cause: Mutex::new(None),
             waiting_calls: std::sync::atomic::AtomicUsize::new(0),
+            streams_stop: tokio::sync::watch::Sender::new(false),
+            stream_slots: Arc::new(tokio::sync::Semaphore::new(max_streams)),
         }))
     }
 
@@ -463,6 +473,7 @@ pub async fn hand_back(shared: &Arc<Shared>, within: Duration) {
         inner.table.grant(&[]);
         drop(inner);
         shared.changed.notify_waiters();
+        shared.streams_stop.send_replace(true);
         tracing::info!(
             sections = held.sections_ready + held.sections_loading,
             "stopped serving: every call is refused from now on"

@@ -84,7 +84,17 @@ pub async fn run(config: AllocConfig, shutdown: impl Future<Output = ()>) -> any
     let (health, health_service) = seqsvr_server::grpc::Health::new(&services).await;
     let observe_task = tokio::spawn(observe::observe(shared.clone(), health, stop_rx_observe));
     let (reflection_v1, reflection_v1alpha) = seqsvr_server::grpc::reflection(&services)?;
-    let result = seqsvr_server::grpc::ConnectionLimits::SERVER
+    // Once shutdown began: the hand-back (within request_timeout_ms), then the calls still open
+    // get as long again, plus a second, to be answered. A client that reads no replies (its
+    // HTTP/2 window full) would otherwise hold the drain open for ever.
+    let drain_limit =
+        std::time::Duration::from_millis(2 * shared.config.tuning.request_timeout_ms + 1_000);
+    let mut shutdown_began = stop.subscribe();
+    let drain_deadline = async move {
+        let _ = shutdown_began.wait_for(|&stopped| stopped).await;
+        tokio::time::sleep(drain_limit).await;
+    };
+    let server = seqsvr_server::grpc::ConnectionLimits::SERVER
         .apply(tonic::transport::Server::builder())
         .tcp_nodelay(true)
         .layer(seqsvr_server::tls::auth_layer(tls.as_ref()))
@@ -108,8 +118,15 @@ pub async fn run(config: AllocConfig, shutdown: impl Future<Output = ()>) -> any
                     std::time::Duration::from_millis(shared.config.tuning.request_timeout_ms);
                 lease::hand_back(&shared, within).await;
             }
-        })
-        .await;
+        });
+    let result = tokio::select! {
+        result = server => result,
+        () = drain_deadline => {
+            tracing::warn!(waited_ms = drain_limit.as_millis() as u64,
+                "calls still open after the drain limit: closing their connections");
+            Ok(())
+        }
+    };
     let _ = stop.send(true);
     let _ = lease_task.await;
     let _ = advancer_task.await;

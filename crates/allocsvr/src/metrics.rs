@@ -11,16 +11,19 @@ use tonic::Code;
 pub enum Rpc {
     Next,
     NextBatch,
+    /// One batch on a `NextStream` stream (the SDK's coalesced calls).
+    NextStream,
     Current,
 }
 
 impl Rpc {
-    const ALL: [Rpc; 3] = [Rpc::Next, Rpc::NextBatch, Rpc::Current];
+    const ALL: [Rpc; 4] = [Rpc::Next, Rpc::NextBatch, Rpc::NextStream, Rpc::Current];
 
     pub fn label(self) -> &'static str {
         match self {
             Rpc::Next => "next",
             Rpc::NextBatch => "next_batch",
+            Rpc::NextStream => "next_stream",
             Rpc::Current => "current",
         }
     }

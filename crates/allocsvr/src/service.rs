@@ -189,11 +189,153 @@ impl SeqServer {
             Ok(r) => (tonic::Code::Ok, values(r.get_ref())),
             Err(status) => (status.code(), 0),
         };
+        self.observe_outcome(rpc, id, started, waited, code, n);
+    }
+
+    fn observe_outcome(
+        &self,
+        rpc: Rpc,
+        id: &RequestId,
+        started: std::time::Instant,
+        waited: bool,
+        code: tonic::Code,
+        n: usize,
+    ) {
         let took = started.elapsed();
         self.shared.metrics.call(rpc, code, n, took, waited);
         tracing::debug!(rpc = rpc.label(), request_id = %id, ?code, values = n, waited,
             took_us = took.as_micros() as u64, "call answered");
     }
+}
+
+/// Batches one `NextStream` stream serves at once. A batch waits only while this AllocSvr's
+/// lease is being renewed (a uid it cannot serve now is answered 0 at once); the others are
+/// answered at once. With this many in hand the stream reads no further, so a client that sends
+/// faster is held back by HTTP/2 flow control, not by memory here.
+const STREAM_BATCHES_IN_HAND: usize = 16;
+
+impl SeqServer {
+    /// Serves one `NextStream` until the client closes its side, the stream breaks, or this
+    /// AllocSvr stops serving (then the batches in hand are answered, and the stream ends). A
+    /// client that reads no replies for `request_timeout_ms` while some wait for it loses the
+    /// stream (and the batches in hand), so it cannot pin them, or the waiting places they
+    /// hold, for ever. `_slot` is its place among `alloc.max_streams`.
+    async fn serve_stream(
+        self,
+        mut incoming: tonic::Streaming<pb::NextStreamRequest>,
+        replies: tokio::sync::mpsc::Sender<Result<pb::NextStreamReply, Status>>,
+        _slot: tokio::sync::OwnedSemaphorePermit,
+    ) {
+        use futures::StreamExt as _;
+        let stall_limit = Duration::from_millis(self.shared.config.tuning.request_timeout_ms);
+        let mut stop = self.shared.streams_stop.subscribe();
+        let stopped = async move {
+            let _ = stop.wait_for(|&stopped| stopped).await;
+        };
+        tokio::pin!(stopped);
+        let mut serving = futures::stream::FuturesUnordered::new();
+        let mut reading = true;
+        let mut broke = None;
+        loop {
+            // Only this task sends, so with room a send cannot block (or fail but for a client
+            // that is gone).
+            let room = replies.capacity() > 0;
+            tokio::select! {
+                biased;
+                Some(reply) = serving.next(), if room && !serving.is_empty() => {
+                    if replies.try_send(Ok(reply)).is_err() {
+                        return; // the client is gone
+                    }
+                }
+                made = tokio::time::timeout(stall_limit, replies.reserve()),
+                    if !room && !serving.is_empty() => match made {
+                    Ok(Ok(_room)) => {} // given back at once: the next look finds it
+                    Ok(Err(_)) => return,
+                    Err(_) => {
+                        tracing::info!(batches = serving.len(), waited_ms = stall_limit.as_millis() as u64,
+                            "a NextStream client reads no replies: its stream ends");
+                        return;
+                    }
+                },
+                _ = &mut stopped, if reading => reading = false,
+                message = incoming.message(), if reading && serving.len() < STREAM_BATCHES_IN_HAND => {
+                    match message {
+                        Ok(Some(batch)) => serving.push(self.serve_batch(batch)),
+                        Ok(None) => reading = false,
+                        Err(status) => {
+                            // Malformed (a message over the limit) or the connection broke:
+                            // what is in hand is still answered if the client can hear it,
+                            // then the stream ends with this status.
+                            tracing::debug!(error = %status, "NextStream stream broke");
+                            broke = Some(status);
+                            reading = false;
+                        }
+                    }
+                }
+                else => break,
+            }
+        }
+        if let Some(status) = broke {
+            let _ = tokio::time::timeout(stall_limit, replies.send(Err(status))).await;
+        }
+    }
+
+    /// One batch of a `NextStream`: served as a `NextBatch` with `independent` set, within the
+    /// batch's own timeout.
+    async fn serve_batch(&self, batch: pb::NextStreamRequest) -> pb::NextStreamReply {
+        let started = std::time::Instant::now();
+        let mut waited = false;
+        let id = RequestId::Ours {
+            prefix: self.shared.request_id_prefix,
+            n: self.shared.next_request_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        };
+        let span = tracing::debug_span!("call", rpc = "next_stream", request_id = %id);
+        let result = async {
+            let deadline =
+                batch_deadline(batch.timeout_ms, self.shared.config.tuning.request_timeout_ms);
+            self.check_uids(&batch.uids)?;
+            self.shared.metrics.batch(batch.uids.len());
+            self.serve(deadline, batch.route_version, &mut waited, &id, |inner| {
+                Ok(inner.table.next_each(&batch.uids))
+            })
+            .await
+        }
+        .instrument(span)
+        .await;
+        let batch_id = batch.batch_id;
+        match result {
+            Ok((seqs, route_table)) => {
+                let served = seqs.iter().filter(|&&v| v != 0).count();
+                self.observe_outcome(
+                    Rpc::NextStream,
+                    &id,
+                    started,
+                    waited,
+                    tonic::Code::Ok,
+                    served,
+                );
+                pb::NextStreamReply { batch_id, seqs, route_table, code: 0, message: String::new() }
+            }
+            Err(status) => {
+                self.observe_outcome(Rpc::NextStream, &id, started, waited, status.code(), 0);
+                pb::NextStreamReply {
+                    batch_id,
+                    seqs: Vec::new(),
+                    route_table: seqsvr_client::seq::route_table_of(&status),
+                    code: status.code() as i32,
+                    message: status.message().to_string(),
+                }
+            }
+        }
+    }
+}
+
+/// When a stream's batch must be answered: within 90% of the client's wait for it (as
+/// [`call_deadline`] for a call's `grpc-timeout`), at most `request_timeout_ms`.
+fn batch_deadline(timeout_ms: u64, request_timeout_ms: u64) -> Instant {
+    let ours = Duration::from_millis(request_timeout_ms);
+    let theirs = (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms).mul_f64(0.9));
+    Instant::now() + theirs.map_or(ours, |t| t.min(ours))
 }
 
 /// A place among the calls waiting at once, given back when the call stops waiting (answered,
@@ -352,6 +494,25 @@ impl pb::seq_service_server::SeqService for SeqServer {
         result
     }
 
+    type NextStreamStream =
+        tokio_stream::wrappers::ReceiverStream<Result<pb::NextStreamReply, Status>>;
+
+    async fn next_stream(
+        &self,
+        request: Request<tonic::Streaming<pb::NextStreamRequest>>,
+    ) -> Result<Response<Self::NextStreamStream>, Status> {
+        let slot = self.shared.stream_slots.clone().try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted(format!(
+                "this AllocSvr serves {} NextStream streams already (alloc.max_streams): send \
+                 NextBatch RPCs (the SDK does so by itself), or raise the limit",
+                self.shared.config.tuning.max_streams
+            ))
+        })?;
+        let (replies, out) = tokio::sync::mpsc::channel(STREAM_BATCHES_IN_HAND);
+        tokio::spawn(self.clone().serve_stream(request.into_inner(), replies, slot));
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(out)))
+    }
+
     async fn get_route_table(
         &self,
         _: Request<pb::GetRouteTableRequest>,
@@ -414,6 +575,81 @@ mod tests {
         let mut r = Request::new(pb::NextRequest { uid, route_version });
         r.set_timeout(Duration::from_millis(300));
         r
+    }
+
+    /// `NextStream` over loopback: each batch is served as an independent `NextBatch` and
+    /// answered under its own id; a batch that fails (a uid outside the set) is answered with
+    /// its code and leaves the stream serving; a stream over `alloc.max_streams` is refused;
+    /// once the AllocSvr stops serving, the stream answers what it holds and ends, so a
+    /// graceful shutdown does not wait for the client.
+    #[tokio::test]
+    async fn a_stream_serves_batches_until_the_allocsvr_stops() {
+        let s = server_with(1_000, |c| c.tuning.max_streams = 1);
+        s.shared.lock().table.advanced(SectionId(1), LeaseEpoch(1), Some(2_000));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shared = s.shared.clone();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(crate::seq_service(shared.clone()))
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
+        let mut client =
+            pb::seq_service_client::SeqServiceClient::connect(format!("http://{addr}"))
+                .await
+                .unwrap();
+        let (requests, outgoing) = tokio::sync::mpsc::channel(4);
+        let mut replies = client
+            .next_stream(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+            .await
+            .unwrap()
+            .into_inner();
+        // alloc.max_streams = 1: a second stream is refused while the first is open.
+        let (_unused, idle) = tokio::sync::mpsc::channel(1);
+        let refused = client
+            .next_stream(tokio_stream::wrappers::ReceiverStream::new(idle))
+            .await
+            .expect_err("over alloc.max_streams");
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
+        assert!(refused.message().contains("alloc.max_streams"), "{}", refused.message());
+        let batch = |batch_id, uids: Vec<u64>| pb::NextStreamRequest {
+            batch_id,
+            uids,
+            route_version: 3,
+            timeout_ms: 2_000,
+        };
+        let hang_guard = Duration::from_secs(10);
+        let mut next_reply = async || {
+            tokio::time::timeout(hang_guard, replies.message()).await.expect("no hang").unwrap()
+        };
+        requests.send(batch(7, vec![15, 15, 5])).await.unwrap();
+        let r = next_reply().await.expect("a reply");
+        // Uid 5's section is alloc 2's: 0, to be asked alone (which gets NOT_OWNER).
+        assert_eq!((r.batch_id, r.code, r.seqs), (7, 0, vec![1_001, 1_002, 0]));
+        requests.send(batch(8, vec![15, 500])).await.unwrap();
+        let r = next_reply().await.expect("a reply");
+        assert_eq!((r.batch_id, r.code), (8, tonic::Code::InvalidArgument as i32), "{r:?}");
+        assert!(r.message.contains("outside set"), "{}", r.message);
+        assert!(r.seqs.is_empty());
+        requests.send(batch(9, vec![15])).await.unwrap();
+        let r = next_reply().await.expect("a reply");
+        assert_eq!(
+            (r.batch_id, r.code, r.seqs),
+            (9, 0, vec![1_003]),
+            "the failed batch took nothing"
+        );
+        // An older route version gets the table along.
+        let mut old = batch(10, vec![15]);
+        old.route_version = 2;
+        requests.send(old).await.unwrap();
+        let r = next_reply().await.expect("a reply");
+        assert_eq!(r.route_table.map(|t| t.version), Some(3));
+        // Stop serving, as `lease::hand_back` does: the stream ends though the client keeps
+        // its side open.
+        shared.lock().stopping = true;
+        shared.streams_stop.send_replace(true);
+        assert!(next_reply().await.is_none(), "the stream ended");
+        drop(requests);
     }
 
     /// A client with a table newer than ours must not get our older table back (it would be
@@ -729,7 +965,8 @@ mod tests {
     /// section 0) for `SEQSVR_PROFILE_SECS` (10) seconds, the SDK and the server each on a
     /// runtime of 2 threads of its own ("prof-sdk", "prof-srv": a profiler tells them apart).
     /// Prints calls/s and the CPU time per call of each side. `SEQSVR_PROFILE_IN_FLIGHT`: the
-    /// SDK's `max_in_flight` (its default without it). With `SEQSVR_PROFILE_CLUSTER`
+    /// SDK's `max_in_flight` (its default without it); `SEQSVR_PROFILE_NO_STREAM=1`: batches as
+    /// `NextBatch` RPCs instead of messages on a `NextStream`. With `SEQSVR_PROFILE_CLUSTER`
     /// naming a cluster file with `[tls]` (`data/local/cluster.toml` of the dev cluster), both
     /// ends speak mutual TLS as in the cluster: the server with `certs/alloc-0-1.*` and the
     /// role check, the SDK with `certs/client.*`.
@@ -814,13 +1051,14 @@ mod tests {
         });
         let uids = env_or("SEQSVR_PROFILE_UIDS", 100_000).clamp(1, sections * section_size);
         let (calls, took, rpcs) = sdk.block_on(async move {
+            let defaults = seqsvr_client::seq::SeqClientOptions::default();
             let options = seqsvr_client::seq::SeqClientOptions {
-                max_in_flight: env_or("SEQSVR_PROFILE_IN_FLIGHT", 0) as usize,
-                ..Default::default()
-            };
-            let options = match options.max_in_flight {
-                0 => seqsvr_client::seq::SeqClientOptions::default(),
-                _ => options,
+                max_in_flight: match env_or("SEQSVR_PROFILE_IN_FLIGHT", 0) as usize {
+                    0 => defaults.max_in_flight,
+                    n => n,
+                },
+                stream: env_or("SEQSVR_PROFILE_NO_STREAM", 0) == 0,
+                ..defaults
             };
             let client = seqsvr_client::seq::SeqClient::connect_with(
                 &[addr],

@@ -52,15 +52,19 @@ pub struct FloorServeArgs {
     tls_key: Option<PathBuf>,
 }
 
+#[derive(Clone)]
 struct Floor {
     counters: Arc<Vec<AtomicU64>>,
     table: pb::RouteTable,
+    /// Set when `floor-serve` is told to stop: its streams end (as an AllocSvr's do), so the
+    /// graceful shutdown does not wait for clients to close them.
+    stop: tokio::sync::watch::Sender<bool>,
 }
 
 impl Floor {
     fn new(uids: u64, table: pb::RouteTable) -> Floor {
         let counters = Arc::new((0..uids.max(1)).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
-        Floor { counters, table }
+        Floor { counters, table, stop: tokio::sync::watch::Sender::new(false) }
     }
 
     fn bump(&self, uid: u64) -> u64 {
@@ -113,6 +117,47 @@ impl SeqService for Floor {
             seqs,
             route_table: self.table_for(r.route_version),
         }))
+    }
+
+    type NextStreamStream =
+        tokio_stream::wrappers::ReceiverStream<Result<pb::NextStreamReply, Status>>;
+
+    /// As the AllocSvr's: a task per stream reads batches and answers each (the floor never
+    /// waits, so in order, with no batches in hand).
+    async fn next_stream(
+        &self,
+        r: Request<tonic::Streaming<pb::NextStreamRequest>>,
+    ) -> Result<Response<Self::NextStreamStream>, Status> {
+        let mut incoming = r.into_inner();
+        let (replies, out) = tokio::sync::mpsc::channel(16);
+        let floor = self.clone();
+        let mut stop = self.stop.subscribe();
+        tokio::spawn(async move {
+            let stopped = async move {
+                let _ = stop.wait_for(|&stop| stop).await;
+            };
+            tokio::pin!(stopped);
+            loop {
+                let batch = tokio::select! {
+                    () = &mut stopped => return,
+                    message = incoming.message() => match message {
+                        Ok(Some(batch)) => batch,
+                        _ => return,
+                    },
+                };
+                let reply = pb::NextStreamReply {
+                    batch_id: batch.batch_id,
+                    seqs: batch.uids.iter().map(|&u| floor.bump(u)).collect(),
+                    route_table: floor.table_for(batch.route_version),
+                    code: 0,
+                    message: String::new(),
+                };
+                if replies.send(Ok(reply)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(out)))
     }
 
     async fn current(
@@ -204,8 +249,11 @@ pub async fn serve(args: FloorServeArgs) -> anyhow::Result<()> {
         .apply(tonic::transport::Server::builder())
         .tcp_nodelay(true)
         .layer(seqsvr_server::tls::auth_layer(tls.as_ref()))
-        .add_service(service(floor, max_batch_uids))
-        .serve_maybe_tls(listener, tls.as_ref(), seqsvr_server::shutdown_signal())
+        .add_service(service(floor.clone(), max_batch_uids))
+        .serve_maybe_tls(listener, tls.as_ref(), async move {
+            seqsvr_server::shutdown_signal().await;
+            floor.stop.send_replace(true);
+        })
         .await
         .context("floor server failed")
 }

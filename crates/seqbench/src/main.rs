@@ -126,6 +126,10 @@ struct Workload {
     /// seqsvr: send each call on its own instead of letting the SDK coalesce concurrent calls.
     #[arg(long)]
     no_coalesce: bool,
+    /// seqsvr and the floors: send each coalesced batch as a `NextBatch` RPC instead of a
+    /// message on the SDK's `NextStream` stream (how the SDK ran before it had streams).
+    #[arg(long)]
+    no_stream: bool,
     /// seqsvr: coalesced RPCs in flight per AllocSvr.
     #[arg(long, default_value_t = 2)]
     max_in_flight: usize,
@@ -238,7 +242,8 @@ struct RunResult {
     /// The paced rate asked for (0 = as fast as possible).
     #[serde(default)]
     rate: f64,
-    /// seqsvr: RPCs the SDK sent for coalesced calls (calls ÷ this = calls per RPC).
+    /// seqsvr: batches the SDK sent for coalesced calls, as stream messages or RPCs (calls ÷
+    /// this = calls per batch).
     #[serde(default)]
     coalesced_rpcs: u64,
     seconds: f64,
@@ -630,6 +635,7 @@ mod tests {
             out: None,
             last_values: None,
             no_coalesce: false,
+            no_stream: false,
             max_in_flight: 2,
             rate: 0.0,
             server_pids: Vec::new(),

@@ -88,7 +88,7 @@ fn cpu_text(us: f64) -> String {
 pub fn throughput_table(by_label: &ByLabel, against: &str) -> String {
     let base = by_label.get(against).map(|r| med(r, |x| x.values_per_s));
     let mut out = format!(
-        "| target | runs | values/s (median) | ÷ {against} | p50 µs | p99 µs | p99.9 µs | calls per RPC | client CPU µs/call | servers CPU µs/call | total CPU µs/call | errors |\n"
+        "| target | runs | values/s (median) | ÷ {against} | p50 µs | p99 µs | p99.9 µs | calls per batch | client CPU µs/call | servers CPU µs/call | total CPU µs/call | errors |\n"
     );
     out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (label, runs) in by_label {

@@ -121,10 +121,11 @@ fn use_identity(w: &Workload, whose: &str) -> anyhow::Result<ClusterConfig> {
     Ok(config)
 }
 
-/// The SDK on `seeds`, with `--no-coalesce` and `--max-in-flight`.
+/// The SDK on `seeds`, with `--no-coalesce`, `--no-stream` and `--max-in-flight`.
 async fn sdk(w: &Workload, seeds: &[String]) -> anyhow::Result<Target> {
     let options = SeqClientOptions {
         coalesce: !w.no_coalesce,
+        stream: !w.no_stream,
         max_in_flight: w.max_in_flight,
         ..SeqClientOptions::default()
     };

@@ -1303,6 +1303,16 @@ mod tests {
             Err(Status::unimplemented("next_batch"))
         }
 
+        type NextStreamStream =
+            tokio_stream::wrappers::ReceiverStream<Result<pb::NextStreamReply, Status>>;
+
+        async fn next_stream(
+            &self,
+            _: tonic::Request<tonic::Streaming<pb::NextStreamRequest>>,
+        ) -> Result<tonic::Response<Self::NextStreamStream>, Status> {
+            Err(Status::unimplemented("next_stream"))
+        }
+
         async fn current(
             &self,
             _: tonic::Request<pb::CurrentRequest>,

@@ -44,6 +44,11 @@ pub struct SeqClientOptions {
     /// this multiplies throughput (one RPC's cost is shared by many calls); a lone caller pays
     /// one in-process hop.
     pub coalesce: bool,
+    /// Send coalesced batches as messages on one long-lived `NextStream` per AllocSvr (one
+    /// message each way per batch). False: one `NextBatch` RPC per batch, for a proxy between
+    /// clients and AllocSvrs that does not pass bidirectional streams. An AllocSvr built before
+    /// `NextStream` gets RPCs either way.
+    pub stream: bool,
     /// Most calls in one coalesced RPC (keep it within the AllocSvrs' `max_batch_uids`).
     pub max_coalesced: usize,
     /// Coalesced RPCs in flight per AllocSvr; calls arriving meanwhile wait for the next one.
@@ -58,6 +63,7 @@ impl Default for SeqClientOptions {
     fn default() -> Self {
         SeqClientOptions {
             coalesce: true,
+            stream: true,
             max_coalesced: 1000,
             max_in_flight: 2,
             max_queued: 100_000,
@@ -188,10 +194,19 @@ fn owner_index(table: &pb::RouteTable, uid: u64) -> Option<usize> {
 }
 
 /// One AllocSvr's coalescing task: once an in-flight slot is free, takes every call waiting (up
-/// to `max_coalesced`) and sends them as one RPC; calls pile up in the queue meanwhile. The RPCs
-/// in flight are driven here (no task per RPC); they finish even after the queue closed.
+/// to `max_coalesced`) and sends them as one batch; calls pile up in the queue meanwhile.
+///
+/// Batches go as messages on one long-lived `NextStream` stream to the AllocSvr (opened on the
+/// first batch, and again after it broke): a batch costs one message each way, not a whole RPC.
+/// An AllocSvr that takes no stream (UNIMPLEMENTED: built before `NextStream`; RESOURCE_EXHAUSTED:
+/// at its `alloc.max_streams`) gets each batch as a `NextBatch` RPC, driven here too (no task
+/// per RPC); streams are tried again after
+/// `STREAM_RETRY_AFTER`, in case it was upgraded. A batch not answered within its timeout fails
+/// with UNAVAILABLE; if no reply at all came on its stream since it was sent, the stream is
+/// stuck and is dropped (its other batches fail with it; the next batch opens a new one).
+/// Everything in flight finishes, or fails, even after the queue closed.
 async fn coalesce(
-    client: SeqServiceClient<Channel>,
+    mut client: SeqServiceClient<Channel>,
     addr: String,
     mut queue: mpsc::Receiver<Pending>,
     options: SeqClientOptions,
@@ -199,79 +214,297 @@ async fn coalesce(
 ) {
     use futures::StreamExt as _;
     let addr: Arc<str> = addr.into();
-    let mut in_flight = futures::stream::FuturesUnordered::new();
+    let mut unary = futures::stream::FuturesUnordered::new();
+    let mut stream: Option<BatchStream> = None;
+    // When the AllocSvr last answered UNIMPLEMENTED to a stream (None: streams are used).
+    let mut streams_refused: Option<Instant> = None;
+    let mut next_batch_id = 0u64;
+    let mut expiry = tokio::time::interval(STREAM_EXPIRY_CHECK);
+    expiry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut open = true;
     loop {
-        if in_flight.len() >= options.max_in_flight {
-            in_flight.next().await;
-            continue;
+        let sent = stream.as_ref().map_or(0, |s| s.sent.len());
+        if !open && unary.is_empty() && sent == 0 {
+            break;
         }
-        let first = tokio::select! {
+        tokio::select! {
             biased;
-            Some(()) = in_flight.next(), if !in_flight.is_empty() => continue,
-            first = queue.recv() => first,
-        };
-        let Some(first) = first else { break };
-        let mut batch = vec![first];
-        while batch.len() < options.max_coalesced {
-            match queue.try_recv() {
-                Ok(p) => batch.push(p),
-                Err(_) => break,
+            Some(()) = unary.next(), if !unary.is_empty() => {}
+            reply = next_reply(&mut stream), if stream.is_some() => match reply {
+                Some(Ok(reply)) => {
+                    let batch = stream.as_mut().and_then(|s| {
+                        s.last_reply = Instant::now();
+                        s.sent.remove(&reply.batch_id)
+                    });
+                    // Unknown: a batch that already timed out here.
+                    if let Some(batch) = batch {
+                        answer_stream_batch(&addr, batch.calls, reply);
+                    }
+                }
+                ended => {
+                    let status = match ended {
+                        // The code as an RPC would have ended with it (OUT_OF_RANGE for a batch
+                        // over the AllocSvr's limit, UNAVAILABLE for a broken connection, ...).
+                        Some(Err(status)) => Status::new(status.code(), format!(
+                            "the stream to {addr} ended: {}", status.message()
+                        )),
+                        _ => Status::unavailable(format!("{addr} ended its stream (shutting down?)")),
+                    };
+                    drop_stream(&mut stream, &status);
+                }
+            },
+            _ = expiry.tick(), if sent > 0 => {
+                if let Some(s) = stream.as_mut() {
+                    if s.expire(&addr) {
+                        let status = Status::unavailable(format!(
+                            "{addr} answered nothing on its stream for too long: stream dropped"
+                        ));
+                        drop_stream(&mut stream, &status);
+                    }
+                }
+            }
+            first = queue.recv(), if open && unary.len() + sent < options.max_in_flight => {
+                let Some(first) = first else {
+                    open = false;
+                    continue;
+                };
+                let mut batch = vec![first];
+                while batch.len() < options.max_coalesced {
+                    match queue.try_recv() {
+                        Ok(p) => batch.push(p),
+                        Err(_) => break,
+                    }
+                }
+                batch.retain(|p| !p.reply.is_closed()); // callers that gave up
+                if batch.is_empty() {
+                    continue;
+                }
+                rpcs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let timeout = batch_timeout(&batch);
+                if timeout.is_zero() {
+                    let status = Status::deadline_exceeded("deadline passed before the batch was sent");
+                    answer_all(batch, &status);
+                    continue;
+                }
+                let try_stream = options.stream
+                    && streams_refused.is_none_or(|at| at.elapsed() >= STREAM_RETRY_AFTER);
+                if try_stream && stream.is_none() {
+                    match open_stream(&mut client, options.max_in_flight, timeout).await {
+                        Ok(s) => {
+                            stream = Some(s);
+                            streams_refused = None;
+                        }
+                        // An AllocSvr built before streams, or at its `alloc.max_streams`.
+                        Err(status)
+                            if matches!(status.code(), Code::Unimplemented | Code::ResourceExhausted) =>
+                        {
+                            if streams_refused.is_none() {
+                                tracing::info!(%addr, reason = %status.message(), "the AllocSvr \
+                                    takes no stream: coalesced calls go as NextBatch RPCs");
+                            }
+                            streams_refused = Some(Instant::now());
+                        }
+                        Err(status) => {
+                            answer_all(batch, &Status::new(status.code(), format!(
+                                "cannot open a stream to {addr}: {}", status.message()
+                            )));
+                            continue;
+                        }
+                    }
+                }
+                match stream.as_mut() {
+                    Some(s) => {
+                        next_batch_id += 1;
+                        if let Err(batch) = s.send(next_batch_id, batch, timeout) {
+                            let status = Status::unavailable(format!("the stream to {addr} closed"));
+                            answer_all(batch, &status);
+                            drop_stream(&mut stream, &status);
+                        }
+                    }
+                    None => unary.push(send_coalesced(client.clone(), addr.clone(), batch, timeout)),
+                }
             }
         }
-        batch.retain(|p| !p.reply.is_closed()); // callers that gave up
-        if batch.is_empty() {
-            continue;
-        }
-        rpcs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        in_flight.push(send_coalesced(client.clone(), addr.clone(), batch));
     }
-    while in_flight.next().await.is_some() {}
 }
 
-/// Sends one coalesced RPC and hands each caller its answer (the route table, if any, to the
-/// first: installing it once is enough).
+/// How often the coalescing task looks for stream batches past their timeout.
+const STREAM_EXPIRY_CHECK: Duration = Duration::from_millis(100);
+
+/// How long an AllocSvr that refused `NextStream` (UNIMPLEMENTED) gets RPCs before a stream is
+/// tried again (it may have been upgraded meanwhile).
+const STREAM_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// A batch sent on a stream, waiting for its reply.
+struct SentBatch {
+    calls: Vec<Pending>,
+    sent_at: Instant,
+    until: Instant,
+}
+
+/// One AllocSvr's `NextStream`, as the coalescing task holds it.
+struct BatchStream {
+    requests: mpsc::Sender<pb::NextStreamRequest>,
+    replies: tonic::Streaming<pb::NextStreamReply>,
+    /// At most `max_in_flight`, by batch id.
+    sent: HashMap<u64, SentBatch>,
+    /// When the last reply arrived (when the stream opened, before the first).
+    last_reply: Instant,
+}
+
+impl BatchStream {
+    /// Sends `calls` as batch `batch_id`; gives them back if the stream is closed.
+    fn send(
+        &mut self,
+        batch_id: u64,
+        calls: Vec<Pending>,
+        timeout: Duration,
+    ) -> Result<(), Vec<Pending>> {
+        let request = pb::NextStreamRequest {
+            batch_id,
+            uids: calls.iter().map(|p| p.uid).collect(),
+            route_version: calls.iter().map(|p| p.route_version).min().unwrap_or(0),
+            timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX).max(1),
+        };
+        // The channel holds `max_in_flight` requests, and no more batches are ever in flight.
+        if self.requests.try_send(request).is_err() {
+            return Err(calls);
+        }
+        let now = Instant::now();
+        self.sent.insert(batch_id, SentBatch { calls, sent_at: now, until: now + timeout });
+        Ok(())
+    }
+
+    /// Fails the batches past their timeout (UNAVAILABLE; a late reply to one is ignored).
+    /// True if the stream looks stuck: no reply came since the earliest of them was sent.
+    fn expire(&mut self, addr: &str) -> bool {
+        let now = Instant::now();
+        let late: Vec<u64> =
+            self.sent.iter().filter(|(_, b)| b.until <= now).map(|(&id, _)| id).collect();
+        let mut stuck = false;
+        for id in late {
+            let batch = self.sent.remove(&id).expect("listed just now");
+            stuck |= self.last_reply <= batch.sent_at;
+            let status = Status::unavailable(format!("{addr} did not answer a batch in time"));
+            answer_all(batch.calls, &status);
+        }
+        stuck
+    }
+}
+
+/// Opens a `NextStream` to the AllocSvr (waits for its response headers, at most `timeout`).
+async fn open_stream(
+    client: &mut SeqServiceClient<Channel>,
+    max_in_flight: usize,
+    timeout: Duration,
+) -> Result<BatchStream, Status> {
+    let (requests, outgoing) = mpsc::channel(max_in_flight);
+    let opened = client.next_stream(tokio_stream::wrappers::ReceiverStream::new(outgoing));
+    match tokio::time::timeout(timeout, opened).await {
+        Ok(Ok(replies)) => {
+            let replies = replies.into_inner();
+            let last_reply = Instant::now();
+            Ok(BatchStream { requests, replies, sent: HashMap::new(), last_reply })
+        }
+        Ok(Err(status)) => Err(status),
+        Err(_) => Err(Status::unavailable(format!("no answer in {timeout:?}"))),
+    }
+}
+
+/// The next reply on `stream` (None: it ended). Only polled while a stream is held.
+async fn next_reply(
+    stream: &mut Option<BatchStream>,
+) -> Option<Result<pb::NextStreamReply, Status>> {
+    use futures::StreamExt as _;
+    match stream {
+        Some(s) => s.replies.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Fails every batch still waiting on the stream with `status`, and lets the stream go.
+fn drop_stream(stream: &mut Option<BatchStream>, status: &Status) {
+    if let Some(s) = stream.take() {
+        if !s.sent.is_empty() {
+            tracing::debug!(batches = s.sent.len(), error = %status.message(), "stream dropped");
+        }
+        for (_, batch) in s.sent {
+            answer_all(batch.calls, status);
+        }
+    }
+}
+
+fn answer_all(calls: Vec<Pending>, status: &Status) {
+    for p in calls {
+        let _ = p.reply.send(Err(status.clone()));
+    }
+}
+
+/// How long the batch may take: until the latest of its callers' deadlines, at most
+/// `ATTEMPT_TIMEOUT_MAX`.
+fn batch_timeout(batch: &[Pending]) -> Duration {
+    let until = batch.iter().map(|p| p.until).max().unwrap_or_else(Instant::now);
+    until.saturating_duration_since(Instant::now()).min(ATTEMPT_TIMEOUT_MAX)
+}
+
+/// Hands each caller of a stream batch its answer, as [`send_coalesced`] does for an RPC.
+fn answer_stream_batch(addr: &str, calls: Vec<Pending>, reply: pb::NextStreamReply) {
+    if reply.code != 0 {
+        let mut status = Status::new(Code::from_i32(reply.code), reply.message);
+        if let Some(table) = reply.route_table {
+            // As a NOT_OWNER of an RPC carries it, so the retry finds it where it looks.
+            use prost::Message as _;
+            status.metadata_mut().insert_bin(
+                seqsvr_proto::ROUTE_TABLE_METADATA,
+                tonic::metadata::MetadataValue::from_bytes(&table.encode_to_vec()),
+            );
+        }
+        return answer_all(calls, &status);
+    }
+    answer_values(addr, calls, reply.seqs, reply.route_table);
+}
+
+/// Hands each caller its value (the route table, if any, to the first: installing it once is
+/// enough); all of them fail if the AllocSvr answered a different number of values.
+fn answer_values(
+    addr: &str,
+    calls: Vec<Pending>,
+    seqs: Vec<u64>,
+    mut table: Option<pb::RouteTable>,
+) {
+    if seqs.len() != calls.len() {
+        let status = Status::internal(format!(
+            "{addr} answered {} values for {} uids",
+            seqs.len(),
+            calls.len()
+        ));
+        return answer_all(calls, &status);
+    }
+    for (p, seq) in calls.into_iter().zip(seqs) {
+        let _ = p.reply.send(Ok((seq, table.take())));
+    }
+}
+
+/// Sends one coalesced RPC (to an AllocSvr without `NextStream`) and hands each caller its
+/// answer.
 async fn send_coalesced(
     mut client: SeqServiceClient<Channel>,
     addr: Arc<str>,
     batch: Vec<Pending>,
+    timeout: Duration,
 ) {
-    let until = batch.iter().map(|p| p.until).max().unwrap_or_else(Instant::now);
-    let timeout = until.saturating_duration_since(Instant::now()).min(ATTEMPT_TIMEOUT_MAX);
     let route_version = batch.iter().map(|p| p.route_version).min().unwrap_or(0);
     let uids: Vec<u64> = batch.iter().map(|p| p.uid).collect();
-    let result = if timeout.is_zero() {
-        Err(Status::deadline_exceeded("deadline passed before the batch was sent"))
-    } else {
-        let mut req =
-            tonic::Request::new(pb::NextBatchRequest { uids, route_version, independent: true });
-        req.set_timeout(timeout);
-        match tokio::time::timeout(timeout, client.next_batch(req)).await {
-            Ok(r) => r.map(|r| r.into_inner()),
-            Err(_) => Err(Status::unavailable(format!("{addr} did not answer in {timeout:?}"))),
-        }
+    let mut req =
+        tonic::Request::new(pb::NextBatchRequest { uids, route_version, independent: true });
+    req.set_timeout(timeout);
+    let result = match tokio::time::timeout(timeout, client.next_batch(req)).await {
+        Ok(r) => r.map(|r| r.into_inner()),
+        Err(_) => Err(Status::unavailable(format!("{addr} did not answer in {timeout:?}"))),
     };
     match result {
-        Ok(r) if r.seqs.len() == batch.len() => {
-            let mut table = r.route_table;
-            for (p, seq) in batch.into_iter().zip(r.seqs) {
-                let _ = p.reply.send(Ok((seq, table.take())));
-            }
-        }
-        Ok(r) => {
-            let status = Status::internal(format!(
-                "{addr} answered {} values for {} uids",
-                r.seqs.len(),
-                batch.len()
-            ));
-            for p in batch {
-                let _ = p.reply.send(Err(status.clone()));
-            }
-        }
-        Err(status) => {
-            for p in batch {
-                let _ = p.reply.send(Err(status.clone()));
-            }
-        }
+        Ok(r) => answer_values(&addr, batch, r.seqs, r.route_table),
+        Err(status) => answer_all(batch, &status),
     }
 }
 
@@ -999,6 +1232,50 @@ mod tests {
         assert_eq!(c.route_of(140).expect("a table").expect("owned").0.addr, "b1");
     }
 
+    type TestStream = tokio_stream::wrappers::ReceiverStream<Result<pb::NextStreamReply, Status>>;
+
+    /// Serves a `NextStream` as the AllocSvr does, each batch through `svc.next_batch` with
+    /// `independent` set (a failed batch is answered with its code, message and route table).
+    pub(crate) fn stream_by_next_batch<S: SeqService>(
+        svc: S,
+        request: tonic::Request<tonic::Streaming<pb::NextStreamRequest>>,
+    ) -> Result<tonic::Response<TestStream>, Status> {
+        let mut incoming = request.into_inner();
+        let (replies, out) = mpsc::channel(16);
+        tokio::spawn(async move {
+            while let Ok(Some(b)) = incoming.message().await {
+                let batch = pb::NextBatchRequest {
+                    uids: b.uids,
+                    route_version: b.route_version,
+                    independent: true,
+                };
+                let reply = match svc.next_batch(tonic::Request::new(batch)).await {
+                    Ok(r) => {
+                        let r = r.into_inner();
+                        pb::NextStreamReply {
+                            batch_id: b.batch_id,
+                            seqs: r.seqs,
+                            route_table: r.route_table,
+                            code: 0,
+                            message: String::new(),
+                        }
+                    }
+                    Err(status) => pb::NextStreamReply {
+                        batch_id: b.batch_id,
+                        seqs: Vec::new(),
+                        route_table: route_table_of(&status),
+                        code: status.code() as i32,
+                        message: status.message().to_string(),
+                    },
+                };
+                if replies.send(Ok(reply)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(tonic::Response::new(tokio_stream::wrappers::ReceiverStream::new(out)))
+    }
+
     /// An in-process AllocSvr: serves `next_batch` for the sections it owns (all or nothing),
     /// answers NOT_OWNER with its table otherwise.
     struct Fake {
@@ -1008,6 +1285,10 @@ mod tests {
         calls: AtomicU64,
         /// While true, `next_batch` holds its answer.
         stall: tokio::sync::watch::Sender<bool>,
+        /// Answers `NextStream` UNIMPLEMENTED, as an AllocSvr built before it.
+        no_streams: std::sync::atomic::AtomicBool,
+        /// `NextStream` streams opened.
+        streams: AtomicU64,
     }
 
     impl Fake {
@@ -1018,6 +1299,8 @@ mod tests {
                 next: AtomicU64::new(1),
                 calls: AtomicU64::new(0),
                 stall: tokio::sync::watch::Sender::new(false),
+                no_streams: std::sync::atomic::AtomicBool::new(false),
+                streams: AtomicU64::new(0),
             })
         }
 
@@ -1070,6 +1353,19 @@ mod tests {
             Ok(tonic::Response::new(pb::NextBatchResponse { seqs, route_table }))
         }
 
+        type NextStreamStream = TestStream;
+
+        async fn next_stream(
+            &self,
+            request: tonic::Request<tonic::Streaming<pb::NextStreamRequest>>,
+        ) -> Result<tonic::Response<TestStream>, Status> {
+            if self.no_streams.load(Ordering::SeqCst) {
+                return Err(Status::unimplemented("NextStream"));
+            }
+            self.streams.fetch_add(1, Ordering::SeqCst);
+            stream_by_next_batch(Handle(self.0.clone()), request)
+        }
+
         async fn current(
             &self,
             _: tonic::Request<pb::CurrentRequest>,
@@ -1105,8 +1401,12 @@ mod tests {
         let fake = Fake::new();
         let addr = serve(fake.clone()).await;
         fake.set(vec![0], table(1, 1, (0, 100), vec![entry(0, 1, 1, &addr)]));
-        let options =
-            SeqClientOptions { max_queued: 4, max_in_flight: 1, max_coalesced: 1, coalesce: true };
+        let options = SeqClientOptions {
+            max_queued: 4,
+            max_in_flight: 1,
+            max_coalesced: 1,
+            ..Default::default()
+        };
         let c = SeqClient::connect_with(&[addr], Duration::from_secs(5), options).await;
         let c = Arc::new(c.expect("connected"));
         fake.stall.send_replace(true);
@@ -1138,6 +1438,172 @@ mod tests {
         assert!(refused >= 20 - 6, "{refused} refused, {served} served");
         assert_eq!(refused + served, 20);
         assert!(served >= 1);
+    }
+
+    /// Coalesced calls ride one `NextStream` per AllocSvr, opened once and kept; to an AllocSvr
+    /// that does not know `NextStream` (UNIMPLEMENTED: built before it) they go as `NextBatch`
+    /// RPCs, and every call is still answered.
+    #[tokio::test]
+    async fn coalesced_calls_ride_one_stream_or_rpcs_to_an_allocsvr_without_streams() {
+        for no_streams in [false, true] {
+            let fake = Fake::new();
+            fake.no_streams.store(no_streams, Ordering::SeqCst);
+            let addr = serve(fake.clone()).await;
+            fake.set(vec![0], table(1, 1, (0, 100), vec![entry(0, 1, 1, &addr)]));
+            let c = Arc::new(SeqClient::connect(&[addr], Duration::from_secs(5)).await.unwrap());
+            let calls: Vec<_> = (0..200u64)
+                .map(|i| {
+                    let c = c.clone();
+                    tokio::spawn(async move { c.next(i % 10, Duration::from_secs(5)).await })
+                })
+                .collect();
+            let mut values = Vec::new();
+            for call in calls {
+                values.push(call.await.unwrap().expect("served"));
+            }
+            values.sort_unstable();
+            assert_eq!(values, (1..=200).collect::<Vec<_>>(), "no_streams {no_streams}");
+            let streams = fake.streams.load(Ordering::SeqCst);
+            assert_eq!(streams, if no_streams { 0 } else { 1 }, "no_streams {no_streams}");
+            assert!(fake.calls.load(Ordering::SeqCst) >= 1);
+        }
+    }
+
+    /// A batch its AllocSvr does not answer in time fails (UNAVAILABLE, then the caller's
+    /// deadline), and the stream it went on is let go: the next batch opens a new stream and is
+    /// answered, instead of queueing behind a stream that may never answer again.
+    #[tokio::test]
+    async fn a_stream_that_does_not_answer_in_time_is_replaced() {
+        let fake = Fake::new();
+        let addr = serve(fake.clone()).await;
+        fake.set(vec![0], table(1, 1, (0, 100), vec![entry(0, 1, 1, &addr)]));
+        // One batch in flight at a time: the late one holds the only slot until it is let go.
+        let options = SeqClientOptions { max_in_flight: 1, ..SeqClientOptions::default() };
+        let c = SeqClient::connect_with(&[addr], Duration::from_secs(5), options).await.unwrap();
+        let c = Arc::new(c);
+        assert_eq!(c.next(1, Duration::from_secs(5)).await.unwrap(), 1);
+        assert_eq!(fake.streams.load(Ordering::SeqCst), 1);
+        fake.stall.send_replace(true);
+        let status = c.next(1, Duration::from_millis(300)).await.unwrap_err();
+        assert!(matches!(status.code(), Code::Unavailable | Code::DeadlineExceeded), "{status:?}");
+        let later = tokio::spawn({
+            let c = c.clone();
+            async move { c.next(1, Duration::from_secs(10)).await }
+        });
+        // Kept, the stalled stream would hold the slot until the fake answers: no second
+        // stream would ever open while it is stalled.
+        let until = Instant::now() + Duration::from_secs(8);
+        while fake.streams.load(Ordering::SeqCst) < 2 {
+            assert!(Instant::now() < until, "the late stream was never replaced");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        fake.stall.send_replace(false);
+        let value = later.await.unwrap().expect("served on the new stream");
+        assert!(value >= 2, "{value}");
+        assert_eq!(fake.streams.load(Ordering::SeqCst), 2);
+    }
+
+    /// An AllocSvr whose `NextStream` holds the first batch until a second arrives and answers
+    /// the second first (the real one answers a batch that waits after later ones). Its value
+    /// for uid `u` is `u * 1000 + n`, `n` counting the batches it answered.
+    struct Reorder {
+        table: pb::RouteTable,
+    }
+
+    #[tonic::async_trait]
+    impl SeqService for Reorder {
+        async fn next(
+            &self,
+            _: tonic::Request<pb::NextRequest>,
+        ) -> Result<tonic::Response<pb::NextResponse>, Status> {
+            Err(Status::unimplemented("next"))
+        }
+
+        async fn next_batch(
+            &self,
+            _: tonic::Request<pb::NextBatchRequest>,
+        ) -> Result<tonic::Response<pb::NextBatchResponse>, Status> {
+            Err(Status::unimplemented("next_batch"))
+        }
+
+        type NextStreamStream = TestStream;
+
+        async fn next_stream(
+            &self,
+            request: tonic::Request<tonic::Streaming<pb::NextStreamRequest>>,
+        ) -> Result<tonic::Response<TestStream>, Status> {
+            let mut incoming = request.into_inner();
+            let (replies, out) = mpsc::channel(16);
+            tokio::spawn(async move {
+                let mut held = Vec::new();
+                let mut answered = 0u64;
+                while let Ok(Some(b)) = incoming.message().await {
+                    held.push(b);
+                    if held.len() < 2 {
+                        continue;
+                    }
+                    while let Some(b) = held.pop() {
+                        answered += 1;
+                        let seqs = b.uids.iter().map(|u| u * 1000 + answered).collect();
+                        let reply = pb::NextStreamReply {
+                            batch_id: b.batch_id,
+                            seqs,
+                            ..Default::default()
+                        };
+                        if replies.send(Ok(reply)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+            Ok(tonic::Response::new(tokio_stream::wrappers::ReceiverStream::new(out)))
+        }
+
+        async fn current(
+            &self,
+            _: tonic::Request<pb::CurrentRequest>,
+        ) -> Result<tonic::Response<pb::CurrentResponse>, Status> {
+            Err(Status::unimplemented("current"))
+        }
+
+        async fn get_route_table(
+            &self,
+            _: tonic::Request<pb::GetRouteTableRequest>,
+        ) -> Result<tonic::Response<pb::GetRouteTableResponse>, Status> {
+            Ok(tonic::Response::new(pb::GetRouteTableResponse {
+                route_table: Some(self.table.clone()),
+            }))
+        }
+    }
+
+    /// Replies on a stream are matched to their batches by id, not by order: answered out of
+    /// order, each caller still gets the value given to its own uid (taking the replies in
+    /// order would hand uid 1's value to uid 2's caller and back).
+    #[tokio::test]
+    async fn stream_replies_out_of_order_reach_their_own_callers() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let fake = Reorder { table: table(1, 1, (0, 100), vec![entry(0, 10, 1, &addr)]) };
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(SeqServiceServer::new(fake))
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
+        let c = Arc::new(SeqClient::connect(&[addr], Duration::from_secs(5)).await.unwrap());
+        let first = tokio::spawn({
+            let c = c.clone();
+            async move { c.next(1, Duration::from_secs(5)).await }
+        });
+        // The first call's batch is out (held) once the coalescing task took it off the queue.
+        let until = Instant::now() + Duration::from_secs(5);
+        while c.coalesced_rpcs() < 1 {
+            assert!(Instant::now() < until, "the first batch was never sent");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let second = c.next(2, Duration::from_secs(5)).await.expect("served");
+        let first = first.await.unwrap().expect("served");
+        assert_eq!((first / 1000, second / 1000), (1, 2), "first {first}, second {second}");
+        assert_eq!((second % 1000, first % 1000), (1, 2), "the second batch was answered first");
     }
 
     /// A seed that accepts connections but never answers (a paused AllocSvr behind a port
@@ -1237,6 +1703,15 @@ mod tests {
                 None => r.uids.iter().map(|_| self.0.next.fetch_add(1, Ordering::SeqCst)).collect(),
             };
             Ok(tonic::Response::new(pb::NextBatchResponse { seqs, route_table: None }))
+        }
+
+        type NextStreamStream = TestStream;
+
+        async fn next_stream(
+            &self,
+            request: tonic::Request<tonic::Streaming<pb::NextStreamRequest>>,
+        ) -> Result<tonic::Response<TestStream>, Status> {
+            stream_by_next_batch(ScriptedHandle(self.0.clone()), request)
         }
 
         async fn current(
@@ -1381,6 +1856,15 @@ mod tests {
             _: tonic::Request<pb::NextBatchRequest>,
         ) -> Result<tonic::Response<pb::NextBatchResponse>, Status> {
             Err(self.0.not_owner())
+        }
+
+        type NextStreamStream = TestStream;
+
+        async fn next_stream(
+            &self,
+            request: tonic::Request<tonic::Streaming<pb::NextStreamRequest>>,
+        ) -> Result<tonic::Response<TestStream>, Status> {
+            stream_by_next_batch(PingPongHandle(self.0.clone()), request)
         }
 
         async fn current(

@@ -357,6 +357,9 @@ pub struct AllocTuning {
     /// Most calls that may wait at once (for an advance, a load, a hand-over or a lease); one
     /// more is refused at once with RESOURCE_EXHAUSTED instead of queueing.
     pub max_waiting_calls: usize,
+    /// Most `NextStream` streams open at once on one AllocSvr (the SDK keeps one per client
+    /// process); one more is refused with RESOURCE_EXHAUSTED, and that client sends RPCs.
+    pub max_streams: usize,
 }
 
 impl Default for AllocTuning {
@@ -370,6 +373,7 @@ impl Default for AllocTuning {
             max_batch_uids: 10_000,
             request_timeout_ms: 3_000,
             max_waiting_calls: 10_000,
+            max_streams: 4_096,
         }
     }
 }
@@ -405,10 +409,14 @@ impl AllocTuning {
         if !(0.0..=1.0).contains(&self.prefetch_ratio) {
             return invalid("alloc.prefetch_ratio must be within [0, 1]");
         }
-        if self.max_batch_uids == 0 || self.request_timeout_ms == 0 || self.max_waiting_calls == 0 {
+        if self.max_batch_uids == 0
+            || self.request_timeout_ms == 0
+            || self.max_waiting_calls == 0
+            || self.max_streams == 0
+        {
             return invalid(
-                "alloc.max_batch_uids, alloc.request_timeout_ms and alloc.max_waiting_calls must \
-                 be > 0",
+                "alloc.max_batch_uids, alloc.request_timeout_ms, alloc.max_waiting_calls and \
+                 alloc.max_streams must be > 0",
             );
         }
         Ok(())

@@ -4,7 +4,7 @@ use crate::commands::alloc::route_tables;
 use crate::ctx::{Ctx, Deadline};
 use crate::error::{CtlError, Exit};
 use crate::render::{self, View};
-use seqsvr_client::seq::SeqClient;
+use seqsvr_client::seq::{SeqClient, SeqClientOptions};
 use seqsvr_core::config::ClusterConfig;
 use serde::Serialize;
 
@@ -63,7 +63,11 @@ pub async fn seq_command(ctx: &Ctx, uids: &[u64], allocate: bool) -> Result<Exit
     let deadline = ctx.deadline();
     let seeds = alloc_addresses(&config, deadline).await?;
     let target = format!("AllocSvrs {}", seeds.join(", "));
-    let client = SeqClient::connect(&seeds, deadline.left()).await.map_err(|status| {
+    // One uid at a time: nothing to coalesce, and a `Next` RPC per call leaves an admin's audit
+    // line per allocation (on a stream it would be one line for the whole stream).
+    let options = SeqClientOptions { coalesce: false, stream: false, ..Default::default() };
+    let connected = SeqClient::connect_with(&seeds, deadline.left(), options).await;
+    let client = connected.map_err(|status| {
         CtlError::grpc("fetch the route tables", &target, &status, ctx.timeout)
     })?;
     let mut values = Vec::with_capacity(uids.len());
