@@ -390,23 +390,17 @@ enum Attempt<T> {
 
 /// NOT_OWNER: FAILED_PRECONDITION with the current route table in binary metadata.
 pub(crate) fn not_owner(section: SectionId, route: &pb::RouteTable) -> Status {
-    use prost::Message as _;
     let owner = route
         .entries
         .iter()
         .find(|e| e.section_begin <= section.0 && section.0 < e.section_end)
         .map(|e| format!("alloc {} at {}", e.alloc_id, e.addr))
         .unwrap_or_else(|| "not assigned yet".into());
-    let mut status = Status::failed_precondition(format!(
+    let status = Status::failed_precondition(format!(
         "NOT_OWNER: section {section} is not served here (owner: {owner}, route table v{})",
         route.version
     ));
-    let bytes = route.encode_to_vec();
-    status.metadata_mut().insert_bin(
-        seqsvr_proto::ROUTE_TABLE_METADATA,
-        tonic::metadata::MetadataValue::from_bytes(&bytes),
-    );
-    status
+    seqsvr_client::seq::with_route_table(status, route)
 }
 
 #[tonic::async_trait]

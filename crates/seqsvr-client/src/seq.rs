@@ -168,6 +168,17 @@ pub fn route_table_of(status: &Status) -> Option<pb::RouteTable> {
     pb::RouteTable::decode(bytes.as_ref()).ok()
 }
 
+/// `status` carrying `table` in its metadata, where [`route_table_of`] finds it (a NOT_OWNER
+/// answer's route table).
+pub fn with_route_table(mut status: Status, table: &pb::RouteTable) -> Status {
+    use prost::Message as _;
+    status.metadata_mut().insert_bin(
+        seqsvr_proto::ROUTE_TABLE_METADATA,
+        tonic::metadata::MetadataValue::from_bytes(&table.encode_to_vec()),
+    );
+    status
+}
+
 /// The address `table` names for `uid`'s section, if `uid` is in the table's set and the entry
 /// has an address.
 pub fn owner_addr_in(table: &pb::RouteTable, uid: u64) -> Option<&str> {
@@ -450,15 +461,12 @@ fn batch_timeout(batch: &[Pending]) -> Duration {
 /// Hands each caller of a stream batch its answer, as [`send_coalesced`] does for an RPC.
 fn answer_stream_batch(addr: &str, calls: Vec<Pending>, reply: pb::NextStreamReply) {
     if reply.code != 0 {
-        let mut status = Status::new(Code::from_i32(reply.code), reply.message);
-        if let Some(table) = reply.route_table {
-            // As a NOT_OWNER of an RPC carries it, so the retry finds it where it looks.
-            use prost::Message as _;
-            status.metadata_mut().insert_bin(
-                seqsvr_proto::ROUTE_TABLE_METADATA,
-                tonic::metadata::MetadataValue::from_bytes(&table.encode_to_vec()),
-            );
-        }
+        let status = Status::new(Code::from_i32(reply.code), reply.message);
+        // As a NOT_OWNER of an RPC carries it, so the retry finds it where it looks.
+        let status = match &reply.route_table {
+            Some(table) => with_route_table(status, table),
+            None => status,
+        };
         return answer_all(calls, &status);
     }
     answer_values(addr, calls, reply.seqs, reply.route_table);
