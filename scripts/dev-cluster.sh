@@ -9,6 +9,9 @@
 #   scripts/dev-cluster.sh wipe    down, then delete data/local
 # Data, logs, PID files, the cluster config it used and its development PKI (mutual TLS on every
 # plane, made once by `seqctl certs init`) live under data/local/.
+# SEQSVR_DEV_DIR puts all of that elsewhere (default data/local; same ports, so one at a time).
+# A binary at <dir>/bin/NAME/storesvr (or allocsvr) runs for process NAME instead of the build's:
+# a rolling upgrade by hand, or scripts/upgrade-check.sh, which mixes an older release in.
 # SEQSVR_DEV_INSECURE=1 runs the same cluster plaintext instead (--insecure, the cluster file
 # data/local/cluster-insecure.toml without [tls]): only to measure what TLS costs
 # (scripts/bench-tls.sh); switch modes with `down` first.
@@ -16,7 +19,8 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$SEQSVR_ROOT"
 
-LOCAL=$SEQSVR_ROOT/data/local
+LOCAL=${SEQSVR_DEV_DIR:-$SEQSVR_ROOT/data/local}
+SHOWN=${LOCAL#"$SEQSVR_ROOT"/} # for messages: data/local unless SEQSVR_DEV_DIR says otherwise
 CERTS=$LOCAL/certs
 INSECURE=${SEQSVR_DEV_INSECURE:-0}
 if [ "$INSECURE" = 1 ]; then
@@ -69,11 +73,11 @@ ensure_pki() {
   if [ ! -f "$CERTS/admin.key" ] || [ ! -f "$LOCAL/tls-block.toml" ]; then
     (cd "$LOCAL" && "$SEQSVR_BIN/seqctl" certs init --dir certs --sets 2 --members 3 --allocs 2 \
       --force >tls-block.toml.new 2>/dev/null && mv tls-block.toml.new tls-block.toml)
-    echo ">> made a development PKI in data/local/certs (seqctl certs init)"
+    echo ">> made a development PKI in $SHOWN/certs (seqctl certs init)"
   fi
   if ! grep -q '^\[tls\]' "$CONFIG"; then
     { echo; cat "$LOCAL/tls-block.toml"; } >>"$CONFIG"
-    echo ">> added the [tls] section to data/local/cluster.toml"
+    echo ">> added the [tls] section to $SHOWN/cluster.toml"
   fi
 }
 
@@ -104,19 +108,19 @@ up() {
       seqctl status || true
       cat <<MSG
 
-The local cluster serves: 2 sets, each 3 StoreSvrs + 2 AllocSvrs on 127.0.0.1 (data in data/local/).
+The local cluster serves: 2 sets, each 3 StoreSvrs + 2 AllocSvrs on 127.0.0.1 (data in $SHOWN/).
   set 0: uids [0, 2147500000)          stores :7101-7103, allocs :7201-7202
   set 1: uids [2147500000, 4294900000) stores :7111-7113, allocs :7211-7212
-Every plane is mutual TLS (certificates in data/local/certs/). Talk to it as the admin:
-  export SEQSVR_TLS_CERT=data/local/certs/admin.pem SEQSVR_TLS_KEY=data/local/certs/admin.key
-  $SEQSVR_BIN/seqctl --config data/local/cluster.toml next 42 42 2147500042
-  $SEQSVR_BIN/seqctl --config data/local/cluster.toml get 42
-  $SEQSVR_BIN/seqctl --config data/local/cluster.toml status
-  $SEQSVR_BIN/seqctl --config data/local/cluster.toml route
-  $SEQSVR_BIN/seqctl --config data/local/cluster.toml leases
+Every plane is mutual TLS (certificates in $SHOWN/certs/). Talk to it as the admin:
+  export SEQSVR_TLS_CERT=$SHOWN/certs/admin.pem SEQSVR_TLS_KEY=$SHOWN/certs/admin.key
+  $SEQSVR_BIN/seqctl --config $SHOWN/cluster.toml next 42 42 2147500042
+  $SEQSVR_BIN/seqctl --config $SHOWN/cluster.toml get 42
+  $SEQSVR_BIN/seqctl --config $SHOWN/cluster.toml status
+  $SEQSVR_BIN/seqctl --config $SHOWN/cluster.toml route
+  $SEQSVR_BIN/seqctl --config $SHOWN/cluster.toml leases
 As an application (grpcurl; the AllocSvrs' certificates chain to the cluster CA):
-  grpcurl -cacert data/local/certs/cluster-ca.pem -cert data/local/certs/client.pem
-    -key data/local/certs/client.key -authority alloc.seqsvr -d '{"uid": 42}'
+  grpcurl -cacert $SHOWN/certs/cluster-ca.pem -cert $SHOWN/certs/client.pem
+    -key $SHOWN/certs/client.key -authority alloc.seqsvr -d '{"uid": 42}'
     127.0.0.1:7201 seqsvr.v1.SeqService/Next
 Stop it with: scripts/dev-cluster.sh down
 MSG
@@ -131,19 +135,21 @@ MSG
     done
     sleep 0.1
   done
-  echo "error: the cluster did not serve within 60 s; see data/local/logs/" >&2
+  echo "error: the cluster did not serve within 60 s; see $SHOWN/logs/" >&2
   exit 1
 }
 
 # start_one NAME STATE: starts one process of PROCS in the background (STATE: the stores'
 # --initial-cluster-state).
 start_one() {
-  local name=$1 state=$2 extra=()
+  local name=$1 state=$2 extra=() bin=$SEQSVR_BIN cmd=${PROCS[$1]}
   [[ $name == store-* ]] && extra=(--initial-cluster-state "$state")
+  # A binary of another build for this one process (see the top of this file).
+  [ -x "$LOCAL/bin/$name/${cmd%% *}" ] && bin=$LOCAL/bin/$name
   # shellcheck disable=SC2086
-  nohup "$SEQSVR_BIN"/${PROCS[$name]} "${extra[@]}" >>"$LOCAL/logs/$name.log" 2>&1 </dev/null &
+  nohup "$bin"/$cmd "${extra[@]}" >>"$LOCAL/logs/$name.log" 2>&1 </dev/null &
   echo $! >"$(pid_file "$name")"
-  echo ">> started $name (pid $!), log: data/local/logs/$name.log"
+  echo ">> started $name (pid $!, $bin/${cmd%% *}), log: $LOCAL/logs/$name.log"
 }
 
 # stop_one PIDFILE: SIGTERM (a graceful hand-over), up to 10 s, then SIGKILL.
@@ -204,7 +210,7 @@ restart() {
     fi
     sleep 0.1
   done
-  echo "error: $name is not SERVING 30 s after its start; see data/local/logs/$name.log" >&2
+  echo "error: $name is not SERVING 30 s after its start; see $SHOWN/logs/$name.log" >&2
   exit 1
 }
 
@@ -213,6 +219,6 @@ case "${1:-}" in
   down) down ;;
   status) seqctl status ;;
   restart) restart "${2:-}" ;;
-  wipe) down; rm -rf "$LOCAL"; echo ">> removed data/local" ;;
+  wipe) down; rm -rf "$LOCAL"; echo ">> removed $LOCAL" ;;
   *) echo "usage: $0 up|down|status|restart NAME|wipe" >&2; exit 2 ;;
 esac

@@ -286,6 +286,7 @@ peer_ca = "ca/peer.pem"
         messages: vec![heartbeat.write_to_bytes().unwrap()],
         from_addr: "127.0.0.1:7101".into(),
         sender_vote_blocked: false,
+        sender_commands_version: 1,
     };
     out.put("proto_messages", "raft-batch", &with(16, &batch.encode_to_vec()));
     out.put("proto_messages", "grpc-timeout", &with(23, b"1500m"));

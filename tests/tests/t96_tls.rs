@@ -285,6 +285,7 @@ async fn a_set_over_mutual_tls_serves_and_refuses_the_wrong_identities() {
             messages: vec![b"forged: a heartbeat committing past the follower's log".to_vec()],
             from_addr: other_set.clone(),
             sender_vote_blocked: false,
+            sender_commands_version: 1,
         })
         .await
         .unwrap_err();

@@ -140,7 +140,25 @@ pub enum Command {
     /// record. Supersedes `RecordSchemes` (still applied as it was); a command an older build
     /// stops on (README "Upgrading").
     RecordSchemePools { schemes: Vec<(String, SchemeRecord)> },
+    /// Raise the set's commands version ([`ControlState::commands_version`]) to `version`:
+    /// from then on the leader proposes every command that needs it. The leader proposes it
+    /// only once every member of the set reported (in its Raft message batches) a build that
+    /// applies commands up to `version`; never lowers the version. A member whose build knows
+    /// less stops on it with a storage fault, naming the version to upgrade to.
+    RaiseCommandsVersion { version: u32 },
 }
+
+/// The commands version of this build: it applies every [`Command`] whose
+/// [`Command::needs_version`] is at most this. Builds before the version gate know no version
+/// (they report none, which counts as 0) and apply the commands of version 0. Raise it, and
+/// give the new command its version in [`Command::needs_version`], whenever a command (or a
+/// snapshot field an older build would drop) is added: the leader proposes it only after the
+/// set raised its version (every member runs a build that knows it), so a rolling upgrade never
+/// hands an older member a command it cannot apply (README "Upgrading"). The same goes for a
+/// change in how an existing command applies: that is a new command (`AcquireWorkerAt` beside
+/// `AcquireWorker`) of a new version, never an edit of the old one's apply, or members of two
+/// builds would apply one entry differently without noticing.
+pub const COMMANDS_VERSION: u32 = 1;
 
 /// `AcquireWorkerAt` reuses a free worker id only once its high-water mark is this far behind
 /// the leader's clock: a new holder whose clock runs behind the leader's by less (a clock set
@@ -155,6 +173,33 @@ pub enum CodecError {
 }
 
 impl Command {
+    /// The lowest commands version whose builds apply this command: 0 for the commands every
+    /// build since worker ids (issue 10's first release) applies; 1 for those added after it,
+    /// which builds before the version gate stop on, and for the gate itself. A leader proposes
+    /// a command only while [`ControlState::commands_version`] is at least this (the fallbacks
+    /// are in `storesvr/src/driver`), except [`Command::RaiseCommandsVersion`], which it
+    /// proposes once every member reported a version at least as high.
+    pub fn needs_version(&self) -> u32 {
+        match self {
+            Command::AdvanceMaxSeq { .. }
+            | Command::RegisterAlloc { .. }
+            | Command::Assign { .. }
+            | Command::Settle { .. }
+            | Command::SetDraining { .. }
+            | Command::RemoveAlloc { .. }
+            | Command::ReleaseAlloc { .. }
+            | Command::SetLease { .. }
+            | Command::AcquireWorker { .. }
+            | Command::ReserveTime { .. }
+            | Command::FreeWorkers { .. } => 0,
+            Command::AcquireWorkerAt { .. }
+            | Command::ReserveSessionTime { .. }
+            | Command::RecordSchemes { .. }
+            | Command::RecordSchemePools { .. } => 1,
+            Command::RaiseCommandsVersion { version } => (*version).max(1),
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         // Serializing enums of integers and strings to JSON cannot fail: if it did, writing
         // empty bytes into the log would be far worse than stopping.
@@ -411,6 +456,15 @@ pub struct ControlState {
     /// to the section has a time at or below it. Only grows; never removed.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub session_marks: BTreeMap<String, BTreeMap<SectionId, u64>>,
+    /// The set's commands version: every member runs a build that applies the commands of this
+    /// version ([`Command::needs_version`]), so the leader may propose them. 0 until the first
+    /// `RaiseCommandsVersion` (and for data written before the gate). Only grows.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub commands_version: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 /// The layout and this set's worker ids an id scheme was first leased under.
@@ -504,7 +558,23 @@ impl ControlState {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<ControlState, CodecError> {
-        serde_json::from_slice(bytes).map_err(|e| CodecError::Decode(e.to_string()))
+        let control: ControlState =
+            serde_json::from_slice(bytes).map_err(|e| CodecError::Decode(e.to_string()))?;
+        control.check_commands_version()?;
+        Ok(control)
+    }
+
+    /// A state of a set raised past this build may hold what this build would drop (fields it
+    /// does not know): refused, never loaded.
+    fn check_commands_version(&self) -> Result<(), CodecError> {
+        if self.commands_version > COMMANDS_VERSION {
+            return Err(CodecError::Decode(format!(
+                "the set runs commands version {} and this build applies only up to \
+                 {COMMANDS_VERSION}: run the build the other members run",
+                self.commands_version
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -533,8 +603,10 @@ struct SnapshotData {
 
 /// 3: the control state may hold worker ids (issue 10). A build that reads only 2 refuses a 3
 /// rather than silently dropping the high-water marks. 4: it may hold `rongcloud` session time
-/// marks, which a build reading 3 would drop (an unknown field). This build reads all three.
-const SNAPSHOT_FORMAT: u32 = 4;
+/// marks, which a build reading 3 would drop (an unknown field). 5: the set raised its commands
+/// version, which a build before the gate would drop (and then apply commands as version 0):
+/// such a build refuses the snapshot instead. This build reads all four.
+const SNAPSHOT_FORMAT: u32 = 5;
 
 impl StoreState {
     pub fn new() -> StoreState {
@@ -759,6 +831,17 @@ impl StoreState {
                 self.record_schemes(records)
             }
             Command::RecordSchemePools { schemes } => self.record_schemes(schemes.iter().cloned()),
+            Command::RaiseCommandsVersion { version } => {
+                let raised = *version > self.control.commands_version;
+                if raised {
+                    self.control.commands_version = *version;
+                }
+                ApplyOutcome {
+                    result: Ok(Applied::Done),
+                    changed: Vec::new(),
+                    control_changed: raised,
+                }
+            }
             Command::FreeWorkers { alloc } => {
                 let mut freed = false;
                 for ws in self.control.workers.values_mut() {
@@ -979,8 +1062,10 @@ impl StoreState {
         // Format 2 while no id scheme was ever leased: a member of an older build (during a
         // rolling upgrade) can still install it; one with worker ids needs this build.
         let ids_used = !self.control.workers.is_empty() || !self.control.schemes.is_empty();
-        let format = if !self.control.session_marks.is_empty() {
+        let format = if self.control.commands_version > 0 {
             SNAPSHOT_FORMAT
+        } else if !self.control.session_marks.is_empty() {
+            4
         } else if ids_used {
             3
         } else {
@@ -1000,6 +1085,7 @@ impl StoreState {
                 data.format
             )));
         }
+        data.control.check_commands_version()?;
         Ok(StoreState::from_parts(data.max_seq, data.control))
     }
 
@@ -1009,6 +1095,11 @@ impl StoreState {
         let (ours, theirs) = (self.control.last_lease_epoch, newer.control.last_lease_epoch);
         if theirs < ours {
             return Some(Regression::LeaseEpoch { ours, theirs });
+        }
+        let (ours, theirs) = (self.control.commands_version, newer.control.commands_version);
+        if theirs < ours {
+            // A snapshot from a member of a build that dropped the version (a downgrade).
+            return Some(Regression::CommandsVersion { ours, theirs });
         }
         for (scheme, ws) in &self.control.workers {
             for (&worker, r) in ws {
@@ -1062,6 +1153,7 @@ pub enum Regression {
     MaxSeq { section: SectionId, ours: Seq, theirs: Seq },
     HighWater { scheme: String, worker: u64, ours: u64, theirs: u64 },
     SessionMark { scheme: String, section: SectionId, ours: u64, theirs: u64 },
+    CommandsVersion { ours: u32, theirs: u32 },
 }
 
 impl std::fmt::Display for Regression {
@@ -1082,6 +1174,11 @@ impl std::fmt::Display for Regression {
                 f,
                 "the session time mark of section {section} of id scheme {scheme:?} would go \
                  from {ours} ms down to {theirs} ms"
+            ),
+            Regression::CommandsVersion { ours, theirs } => write!(
+                f,
+                "the set's commands version would go from {ours} down to {theirs} (a snapshot \
+                 from a member of an older build: do not downgrade a raised set)"
             ),
         }
     }
@@ -1230,6 +1327,84 @@ mod tests {
         acquire(&mut state, a, 0..4).unwrap();
         assert_eq!(format(&state), 3, "worker ids only: a build reading 3 loses nothing");
         assert_eq!(StoreState::decode_snapshot(&state.encode_snapshot()).unwrap(), state);
+    }
+
+    /// The commands version only grows; a raise changes the control state (persisted) and a
+    /// repeat or a lower one changes nothing; once raised, snapshots are format 5, which
+    /// round-trip, and state without a raise keeps the older formats (and the field stays out
+    /// of the JSON an older build reads).
+    #[test]
+    fn the_commands_version_only_grows_and_a_raised_set_snapshots_in_format_5() {
+        let mut state = StoreState::new();
+        let format = |s: &StoreState| {
+            let v: serde_json::Value = serde_json::from_slice(&s.encode_snapshot()).unwrap();
+            v["format"].as_u64().unwrap()
+        };
+        assert_eq!(format(&state), 2);
+        assert!(!String::from_utf8(state.control().encode()).unwrap().contains("commands_version"));
+        let raise = |state: &mut StoreState, version| {
+            state.apply(&Command::RaiseCommandsVersion { version })
+        };
+        let raised = raise(&mut state, 1);
+        assert_eq!((raised.result, raised.control_changed), (Ok(Applied::Done), true));
+        assert_eq!(state.control().commands_version, 1);
+        assert_eq!(format(&state), 5);
+        assert_eq!(StoreState::decode_snapshot(&state.encode_snapshot()).unwrap(), state);
+        for version in [1, 0] {
+            let again = raise(&mut state, version);
+            assert!(!again.control_changed, "raise to {version} changed something");
+            assert_eq!(state.control().commands_version, 1, "lowered by a raise to {version}");
+        }
+        let decoded = ControlState::decode(&state.control().encode()).unwrap();
+        assert_eq!(decoded.commands_version, 1, "persisted with the control state");
+
+        // A snapshot without the version (from a downgraded member) is a regression.
+        let unraised = StoreState::new();
+        assert_eq!(
+            state.first_regression(&unraised),
+            Some(Regression::CommandsVersion { ours: 1, theirs: 0 })
+        );
+        // A state raised past this build is refused, as a snapshot and as persisted state.
+        let mut future = state.clone();
+        raise(&mut future, COMMANDS_VERSION + 1);
+        let refused = StoreState::decode_snapshot(&future.encode_snapshot()).unwrap_err();
+        assert!(refused.to_string().contains("applies only up to"), "{refused}");
+        assert!(ControlState::decode(&future.control().encode()).is_err());
+    }
+
+    /// Every command of this build is of a version it applies; the ones added after worker ids'
+    /// first release need version 1 (builds before the gate stop on them), and a raise needs
+    /// the version it raises to.
+    #[test]
+    fn every_command_needs_a_version_this_build_applies() {
+        let alloc = AllocId(1);
+        let acquire_at = Command::AcquireWorkerAt {
+            alloc,
+            scheme: "s".into(),
+            pool_begin: 0,
+            pool_end: 1,
+            layout: "L".into(),
+            proposed_at_ms: 0,
+        };
+        let acquire = Command::AcquireWorker {
+            alloc,
+            scheme: "s".into(),
+            pool_begin: 0,
+            pool_end: 1,
+            layout: "L".into(),
+        };
+        let records = Command::RecordSchemePools { schemes: Vec::new() };
+        assert_eq!(acquire.needs_version(), 0, "what builds before the gate apply");
+        assert_eq!(Command::ReleaseAlloc { alloc }.needs_version(), 0);
+        assert_eq!(acquire_at.needs_version(), 1);
+        assert_eq!(records.needs_version(), 1);
+        assert_eq!(Command::RecordSchemes { schemes: Vec::new() }.needs_version(), 1);
+        assert_eq!(Command::RaiseCommandsVersion { version: 1 }.needs_version(), 1);
+        assert_eq!(Command::RaiseCommandsVersion { version: 7 }.needs_version(), 7);
+        for command in [acquire_at, acquire, records, Command::RaiseCommandsVersion { version: 1 }]
+        {
+            assert!(command.needs_version() <= COMMANDS_VERSION, "{command:?}");
+        }
     }
 
     /// `rongcloud` session time marks: raised only by the section's settled owner at its lease

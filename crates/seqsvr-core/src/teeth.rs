@@ -54,6 +54,12 @@
 //!   2^32 values above its section's base goes back to near the base. No nemesis run reaches
 //!   2^32 values of one uid; the allocation table's model test with a tiny offset limit
 //!   (`alloc::tests`, `scripts/test.sh`) catches it ("I1 violated").
+//! - `teeth-no-commands-gate`: the store leader proposes commands of any version, and raises the
+//!   set's commands version, without waiting for every member to report a build that applies
+//!   them (`storesvr/src/driver/versions.rs`): in a rolling upgrade a member of an older build
+//!   stops on a command it cannot apply. The driver's mixed-version test (a member playing a
+//!   build before the gate, `driver::tests`, `scripts/test.sh`) catches it ("older member
+//!   stopped").
 
 /// Whether worker ids are freed before their holder's lease is over (see the module doc).
 pub const NO_WORKER_WAIT: bool = cfg!(feature = "teeth-no-worker-wait");
@@ -85,9 +91,11 @@ pub const RELEASE_BEFORE_STOP: bool = cfg!(feature = "teeth-release-before-stop"
 pub const NO_HOLDER_CHECK: bool = cfg!(feature = "teeth-no-holder-check");
 /// Whether a `cur_seq` offset wraps instead of rebasing its section (see the module doc).
 pub const NO_REBASE: bool = cfg!(feature = "teeth-no-rebase");
+/// Whether the store leader ignores the commands version gate (see the module doc).
+pub const NO_COMMANDS_GATE: bool = cfg!(feature = "teeth-no-commands-gate");
 
 /// Every switch and its feature name, so a new one is listed in exactly one more place.
-const ALL: [(bool, &str); 15] = [
+const ALL: [(bool, &str); 16] = [
     (NO_LEASE_WAIT, "teeth-no-lease-wait"),
     (NO_FENCING, "teeth-no-fencing"),
     (BOOTSTRAP_EMPTY_VOTER, "teeth-bootstrap-empty-voter"),
@@ -103,6 +111,7 @@ const ALL: [(bool, &str); 15] = [
     (NO_HIGH_WATER, "teeth-no-high-water"),
     (NO_SESSION_FLOOR, "teeth-no-session-floor"),
     (NO_REBASE, "teeth-no-rebase"),
+    (NO_COMMANDS_GATE, "teeth-no-commands-gate"),
 ];
 
 /// The teeth compiled into this build.

@@ -101,6 +101,8 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
             },
             scheme_records: config.scheme_records.clone(),
             max_reserve_ahead_ms: config.max_reserve_ahead_ms,
+            // What the transport reports: never anything else in a StoreSvr.
+            commands_version: seqsvr_core::store::COMMANDS_VERSION,
         },
         transport,
     )?;

@@ -23,6 +23,7 @@ pub struct StoreMetrics {
     pub allocsvrs_registered: Gauge,
     pub sections_unsettled: Gauge,
     pub vote_blocked: Gauge,
+    pub commands_version: Gauge,
 }
 
 impl StoreMetrics {
@@ -47,6 +48,7 @@ impl StoreMetrics {
             allocsvrs_registered: gauge!("seqsvr_store_allocsvrs_registered"),
             sections_unsettled: gauge!("seqsvr_store_sections_unsettled"),
             vote_blocked: gauge!("seqsvr_store_vote_blocked"),
+            commands_version: gauge!("seqsvr_store_commands_version"),
         }
     }
 }
@@ -108,5 +110,10 @@ fn describe() {
     describe_gauge!(
         "seqsvr_store_vote_blocked",
         "1 while this member, started from an empty data dir, may not vote until re-added."
+    );
+    describe_gauge!(
+        "seqsvr_store_commands_version",
+        "The set's commands version as this member applied it: below the build's (seqctl store \
+         status) while a member of an older build holds back the commands that need it."
     );
 }

@@ -144,6 +144,7 @@ pub fn to_status(error: RequestError) -> Status {
         )),
         RequestError::Invalid(why) => Status::invalid_argument(why),
         RequestError::ClockAhead(why) => Status::unavailable(why),
+        RequestError::CommandsVersion(why) => Status::unavailable(why),
         RequestError::Precondition(why) => Status::failed_precondition(why),
         RequestError::OutcomeUnknown => Status::unavailable(
             "this member caught up by snapshot before the proposal was seen applying: it may or \
@@ -474,7 +475,12 @@ impl pb::raft_transport_server::RaftTransport for ServiceContext {
             messages.push(m);
         }
         self.driver
-            .step(batch.from_addr, batch.sender_vote_blocked, messages)
+            .step(
+                batch.from_addr,
+                batch.sender_vote_blocked,
+                batch.sender_commands_version,
+                messages,
+            )
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::RaftSendResponse {}))
@@ -511,6 +517,8 @@ impl pb::store_admin_server::StoreAdmin for ServiceContext {
             vote_blocked: s.vote_blocked,
             lease_ms: s.lease.lease_ms,
             lease_margin_ms: s.lease.margin_ms,
+            commands_version: s.commands_version,
+            build_commands_version: seqsvr_core::store::COMMANDS_VERSION,
         }))
     }
 

@@ -204,6 +204,7 @@ impl Peer {
                     .collect(),
                 from_addr: self.from_addr.clone(),
                 sender_vote_blocked: self.vote_blocked.load(Ordering::Relaxed),
+                sender_commands_version: seqsvr_core::store::COMMANDS_VERSION,
             };
             match client.send(request).await {
                 Ok(_) => {

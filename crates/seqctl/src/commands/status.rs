@@ -1,7 +1,9 @@
 //! The cluster at a glance (`status`), once or redrawn like `top` (`watch`, `status --watch`).
 
 use crate::commands::alloc::{lease_rows, sets_summary, AllocRow, Leases, RunRow, SetLeases};
-use crate::commands::store::{store_rows, StoreMemberRow, StoreStatus, VOTE_BLOCKED_NOTE};
+use crate::commands::store::{
+    store_rows, StoreMemberRow, StoreStatus, COMMANDS_VERSION_NOTE, VOTE_BLOCKED_NOTE,
+};
 use crate::ctx::{Ctx, Deadline};
 use crate::error::{partial, CtlError, Exit};
 use crate::render::{self, View};
@@ -25,6 +27,9 @@ impl View for ClusterStatus {
         let mut text = render::section("STORE MEMBERS", &self.store);
         if self.store.iter().any(|r| r.vote_blocked == Some(true)) {
             text.push_str(VOTE_BLOCKED_NOTE);
+        }
+        if self.store.iter().any(StoreMemberRow::awaits_commands_version) {
+            text.push_str(COMMANDS_VERSION_NOTE);
         }
         for part in [
             render::section("SETS", &self.leases),

@@ -45,6 +45,12 @@ pub struct StoreMemberRow {
     /// Started empty in an existing set: votes only once a membership change made it a voter.
     #[tabled(display = "opt")]
     pub vote_blocked: Option<bool>,
+    /// The set's commands version as this member applied it, and the one its build applies
+    /// (0: a build before the version gate). A rolling upgrade is done when all are equal.
+    #[tabled(display = "opt")]
+    pub commands_version: Option<u32>,
+    #[tabled(display = "opt")]
+    pub build_commands_version: Option<u32>,
     /// Why it is unreachable.
     #[tabled(display = "opt")]
     pub error: Option<String>,
@@ -97,6 +103,8 @@ impl StoreMemberRow {
             voters: Some(s.voters.clone()),
             learners: Some(s.learners.clone()),
             vote_blocked: Some(s.vote_blocked),
+            commands_version: Some(s.commands_version),
+            build_commands_version: Some(s.build_commands_version),
             error: None,
             first_index: Some(s.first_index),
             last_index: Some(s.last_index),
@@ -125,6 +133,8 @@ impl StoreMemberRow {
             voters: None,
             learners: None,
             vote_blocked: None,
+            commands_version: None,
+            build_commands_version: None,
             error: Some(one_line(error)),
             first_index: None,
             last_index: None,
@@ -180,9 +190,25 @@ impl View for StoreStatus {
         if self.0.iter().any(|r| r.vote_blocked == Some(true)) {
             text.push_str(VOTE_BLOCKED_NOTE);
         }
+        if self.0.iter().any(StoreMemberRow::awaits_commands_version) {
+            text.push_str(COMMANDS_VERSION_NOTE);
+        }
         text
     }
 }
+
+impl StoreMemberRow {
+    /// Its build applies a higher commands version than its set runs: a rolling upgrade is
+    /// under way (or a member is down or of an older build, which holds the raise back).
+    pub fn awaits_commands_version(&self) -> bool {
+        matches!((self.commands_version, self.build_commands_version), (Some(set), Some(build)) if set < build)
+    }
+}
+
+pub const COMMANDS_VERSION_NOTE: &str =
+    "COMMANDS_VERSION below BUILD_COMMANDS_VERSION: the set holds back \
+    the commands of the newer version until every member runs a build that applies them and was \
+    heard from; the leader then raises it by itself (its log names the members it waits for)\n";
 
 pub const VOTE_BLOCKED_NOTE: &str = "VOTE_BLOCKED true: started empty in an existing set; it \
     votes only once a membership change applied from its log made it a voter (add-learner, then \
@@ -520,6 +546,8 @@ pub(crate) mod tests {
             vote_blocked: false,
             lease_ms: 3000,
             lease_margin_ms: 300,
+            commands_version: 1,
+            build_commands_version: 1,
         }
     }
 
@@ -578,6 +606,14 @@ pub(crate) mod tests {
         assert_eq!(StoreStatus(rows[..1].to_vec()).exit(), Exit::Ok);
         assert_eq!(StoreStatus(rows.clone()).exit(), Exit::Refused);
         assert_eq!(StoreStatus(rows[1..].to_vec()).exit(), Exit::NoAnswer);
+    }
+
+    #[test]
+    fn a_set_below_its_builds_commands_version_gets_a_note() {
+        let mut rows = sample_rows();
+        assert!(!StoreStatus(rows.clone()).text().contains("COMMANDS_VERSION below"));
+        rows[0].commands_version = Some(0);
+        assert!(StoreStatus(rows).text().ends_with(COMMANDS_VERSION_NOTE));
     }
 
     #[test]

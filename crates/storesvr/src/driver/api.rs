@@ -37,6 +37,11 @@ pub struct DriverConfig {
     pub scheme_records: std::collections::BTreeMap<String, seqsvr_core::store::SchemeRecord>,
     /// The furthest a high-water mark may be reserved ahead of this member's wall clock.
     pub max_reserve_ahead_ms: u64,
+    /// The commands version this member applies and reports to its peers: always
+    /// [`seqsvr_core::store::COMMANDS_VERSION`] in the StoreSvr (what its transport reports);
+    /// the driver's tests set a lower one to play a member of an older build, which stops on
+    /// any command above it as that build would.
+    pub commands_version: u32,
 }
 
 /// Why a request was not served. Mapped to gRPC status codes in `service.rs`.
@@ -83,6 +88,10 @@ pub enum RequestError {
     /// The caller's certificate identity is not the one that registered the alloc.
     #[error("{0}")]
     NotTheHolder(HolderRefused),
+    /// The request needs a command the set's commands version does not cover yet (a member
+    /// runs an older build): retryable (UNAVAILABLE), nothing was proposed.
+    #[error("{0}")]
+    CommandsVersion(String),
 }
 
 /// A lease grant for one heartbeat.
@@ -217,6 +226,8 @@ pub struct NodeStatus {
     pub members: Vec<MemberView>,
     pub vote_blocked: bool,
     pub lease: LeaseConfig,
+    /// The set's commands version, as this member applied it.
+    pub commands_version: u32,
 }
 
 /// One member as the replicated membership (and, on the leader, its progress) says.
@@ -343,10 +354,12 @@ pub enum Input {
         reply: Reply<LeaseConfig>,
     },
     /// Messages from a peer; `from_addr` is where it says it can be reached, `vote_blocked`
-    /// whether it may vote.
+    /// whether it may vote, `commands_version` the commands version of its build (0: a build
+    /// before the version gate).
     Raft {
         from_addr: String,
         vote_blocked: bool,
+        commands_version: u32,
         messages: Vec<Message>,
     },
     Peer(PeerReport),
@@ -538,9 +551,10 @@ impl DriverHandle {
         &self,
         from_addr: String,
         vote_blocked: bool,
+        commands_version: u32,
         messages: Vec<Message>,
     ) -> Result<(), RequestError> {
-        let input = Input::Raft { from_addr, vote_blocked, messages };
+        let input = Input::Raft { from_addr, vote_blocked, commands_version, messages };
         self.tx.send(input).await.map_err(|_| RequestError::Stopped)
     }
 }

@@ -108,6 +108,7 @@ pub(super) fn test_config(id: u64, n: u64) -> DriverConfig {
         // tests counting log indexes would have to count.
         scheme_records: Default::default(),
         max_reserve_ahead_ms: 65_000,
+        commands_version: seqsvr_core::store::COMMANDS_VERSION,
     }
 }
 
@@ -160,6 +161,30 @@ impl Network {
         member.driver = Driver::new(storage, config, outbox.clone()).expect("driver");
         member.outbox = outbox;
         member._dir = dir;
+    }
+
+    /// Member `id` restarts on its data dir (a new build, say) with its configuration changed by
+    /// `change`; what it had queued to send is lost, as in a real restart.
+    pub(super) fn restart_with(&mut self, id: u64, change: impl Fn(&mut DriverConfig)) {
+        let n = self.members.len() as u64;
+        let member = self.members.get_mut(&id).expect("a member");
+        let mut config = test_config(id, n);
+        change(&mut config);
+        let identity = Identity { set_id: config.set_id, node_id: config.node_id };
+        // The old driver (and its RocksDB lock on the dir) goes first: a stand-in on an empty
+        // dir takes its place until the dir is reopened.
+        let stand_in_dir = tempfile::tempdir().expect("temp dir");
+        let stand_in = NodeStorage::open(stand_in_dir.path(), identity.clone(), &Bootstrap::Join)
+            .expect("open a stand-in");
+        let stand_in =
+            Driver::new(stand_in, test_config(id, n), MemOutbox::default()).expect("driver");
+        drop(std::mem::replace(&mut member.driver, stand_in));
+        // A dir that holds a member ignores the bootstrap (as the StoreSvr does).
+        let storage = NodeStorage::open(member._dir.path(), identity, &Bootstrap::Join)
+            .expect("reopen storage");
+        let outbox = MemOutbox::default();
+        member.driver = Driver::new(storage, config, outbox.clone()).expect("driver");
+        member.outbox = outbox;
     }
 
     pub(super) fn driver(&mut self, id: u64) -> &mut Driver {
@@ -219,6 +244,7 @@ impl Network {
                 let input = Input::Raft {
                     from_addr: sender.addr.clone(),
                     vote_blocked: sender.outbox.queued().vote_blocked,
+                    commands_version: sender.driver.config.commands_version,
                     messages,
                 };
                 self.driver(to).handle(input);

@@ -101,6 +101,7 @@ impl Driver {
         m.proposals_pending.set(self.proposals.len() as f64);
         m.vote_blocked.set(if store.vote_blocked() { 1.0 } else { 0.0 });
         let control = store.state().control();
+        m.commands_version.set(f64::from(control.commands_version));
         let registered = control.allocs.values().filter(|a| !a.replaced).count();
         let unsettled: u64 = control
             .assignment
@@ -152,6 +153,7 @@ impl Driver {
             members: self.membership_view(),
             vote_blocked: store.vote_blocked(),
             lease: store.state().control().lease.unwrap_or(self.config.lease),
+            commands_version: store.state().control().commands_version,
         }
     }
 }

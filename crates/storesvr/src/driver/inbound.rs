@@ -8,17 +8,19 @@ use std::time::Instant;
 
 impl Driver {
     /// A batch of messages from one peer; `from_addr` is where it says it can be reached,
-    /// `vote_blocked` whether it may vote.
+    /// `vote_blocked` whether it may vote, `commands_version` what its build applies.
     pub(super) fn step_messages(
         &mut self,
         from_addr: &str,
         vote_blocked: bool,
+        commands_version: u32,
         messages: Vec<Message>,
     ) {
         let now = Instant::now();
         let blocked = self.node.store().vote_blocked();
         for mut m in messages {
             self.last_heard.insert(m.from, now);
+            self.note_commands_version(&m, commands_version, now);
             if vote_blocked {
                 self.blocked_peers.insert(m.from);
             } else {

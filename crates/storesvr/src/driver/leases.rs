@@ -93,7 +93,10 @@ impl Driver {
         let control = self.node.store().state().control();
         let Some(arbiter) = self.arbiter.get_mut_of_term(term) else { return };
         let mut commands = arbiter.plan(now, control, self.config.sections);
-        if control.lease.is_some() {
+        // Records need version 1: a member of an older build would stop on them. Until the set
+        // raises its version, a set is as safe as before the records (a changed split is
+        // refused only by the sets that leased under the old one).
+        if control.lease.is_some() && self.commands_cover(1) {
             // Every scheme of the config is recorded as soon as the set runs, before anyone
             // leases or reserves: so that every set refuses a later change of a layout, of a
             // session uid range or of the worker split, not only the sets that served the
@@ -110,6 +113,7 @@ impl Driver {
                 commands.push(Command::RecordSchemePools { schemes: missing });
             }
         }
+        commands.extend(self.commands_version_raise());
         for command in commands {
             tracing::info!(?command, "arbiter proposes");
             self.propose(command, ProposalReply::Arbiter);

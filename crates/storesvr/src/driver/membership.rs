@@ -100,6 +100,13 @@ impl Driver {
                 raft.pending_conf_index, raft.raft_log.applied
             )));
         }
+        if let Some(index) = self.unapplied_raise() {
+            return Err(RequestError::Precondition(format!(
+                "the set's commands version is being raised (index {index}, not applied yet): \
+                 membership changes wait until it applied, so that a member added now is \
+                 judged against it; retry in a moment"
+            )));
+        }
         if let Some(index) = self.proposals.any(|r| matches!(r, ProposalReply::Membership(_))) {
             return Err(RequestError::Precondition(format!(
                 "a membership change is still pending (proposed at index {index}); retry once it applied"

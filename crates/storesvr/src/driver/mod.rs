@@ -26,7 +26,8 @@
 //! - `ready`: the Ready steps 1–7 above: persist, apply, answer, compact;
 //! - `membership`: membership changes, peer addresses, leadership hand-off;
 //! - `leases`: the arbiter of the current term (plans, grants, lease changes);
-//! - `health`: quorum in sight, health, metrics and status.
+//! - `health`: quorum in sight, health, metrics and status;
+//! - `versions`: the commands version gate (what may be proposed during a rolling upgrade).
 //!
 //! The driver reaches its peers through an [`Outbox`] (the gRPC [`crate::transport::Transport`],
 //! or the in-memory network of `harness` in tests).
@@ -38,6 +39,7 @@ mod leases;
 mod membership;
 mod ready;
 mod replies;
+mod versions;
 
 #[cfg(test)]
 mod harness;
@@ -85,6 +87,13 @@ pub struct Driver {
     /// Peers whose last batch said they are vote-blocked: no leadership for them, and they do
     /// not count toward the voters a removal must leave.
     blocked_peers: std::collections::HashSet<u64>,
+    /// The commands version each peer last reported in an answer to this leader, and when (see
+    /// `versions.rs`): the leader raises the set's version only once every member reported at
+    /// least as much lately.
+    peer_commands_versions: HashMap<u64, (u32, Instant)>,
+    /// The set commands version whose wait for older members was logged last (one line per
+    /// change of who is behind, not one per arbiter round).
+    commands_version_wait_logged: Option<Vec<(u64, u32)>>,
     was_leader: bool,
     /// Present while this member is leader, for exactly one term (see `leader_state.rs`).
     arbiter: TermSlot<Arbiter>,
@@ -139,6 +148,8 @@ impl Driver {
             next_read_id: 1,
             last_heard: HashMap::new(),
             blocked_peers: Default::default(),
+            peer_commands_versions: HashMap::new(),
+            commands_version_wait_logged: None,
             was_leader: false,
             arbiter: TermSlot::default(),
             clock: BootInstant::now(),
@@ -221,8 +232,8 @@ impl Driver {
     /// Handles one input: answers it, or starts what will answer it (a proposal, a read).
     pub(crate) fn handle(&mut self, input: Input) {
         match input {
-            Input::Raft { from_addr, vote_blocked, messages } => {
-                self.step_messages(&from_addr, vote_blocked, messages)
+            Input::Raft { from_addr, vote_blocked, commands_version, messages } => {
+                self.step_messages(&from_addr, vote_blocked, commands_version, messages)
             }
             Input::Membership { change, reply } => self.propose_membership(change, reply),
             Input::SetLease { lease, reply } => self.set_lease(lease, reply),
@@ -304,15 +315,23 @@ impl Driver {
                     let _ = reply.send(Err(e));
                     return;
                 }
-                let command = Command::AcquireWorkerAt {
-                    alloc,
-                    scheme,
-                    pool_begin: pool.start,
-                    pool_end: pool.end,
-                    layout,
-                    // Every member chooses the worker id by this clock (reuse one whose mark
-                    // has passed), not by its own.
-                    proposed_at_ms: seqsvr_server::clock::unix_ms_now(),
+                let (pool_begin, pool_end) = (pool.start, pool.end);
+                let command = if self.commands_cover(1) {
+                    Command::AcquireWorkerAt {
+                        alloc,
+                        scheme,
+                        pool_begin,
+                        pool_end,
+                        layout,
+                        // Every member chooses the worker id by this clock (reuse one whose
+                        // mark has passed), not by its own.
+                        proposed_at_ms: seqsvr_server::clock::unix_ms_now(),
+                    }
+                } else {
+                    // A member of an older build (rolling upgrade) knows only `AcquireWorker`:
+                    // it never reuses a freed id before a never-used one, which is as safe
+                    // (every holder starts above the id's mark), only less thrifty.
+                    Command::AcquireWorker { alloc, scheme, pool_begin, pool_end, layout }
                 };
                 self.propose(command, ProposalReply::Worker(reply));
             }
@@ -332,6 +351,9 @@ impl Driver {
                     reservation;
                 let checked = self.check_session_scheme(&scheme, &layout, section).and_then(|()| {
                     self.check_reservation(alloc, identity.as_deref(), up_to_ms, &scheme)
+                });
+                let checked = checked.and_then(|()| {
+                    self.require_commands_version(1, "rongcloud session time reservations")
                 });
                 if let Err(e) = checked {
                     let _ = reply.send(Err(e));

@@ -87,6 +87,20 @@ impl Driver {
                 EntryType::EntryNormal => {
                     let command =
                         Command::decode(entry.get_data()).map_err(|e| self.fault(entry, e))?;
+                    let needs = command.needs_version();
+                    if needs > self.config.commands_version {
+                        // What a build of that version does with a command it cannot decode:
+                        // stop, rather than apply something else than the others.
+                        return Err(self.fault(
+                            entry,
+                            format!(
+                                "it needs commands version {needs} and this build applies only \
+                                 up to {}: the set was raised past this build; run the build \
+                                 the other members run",
+                                self.config.commands_version
+                            ),
+                        ));
+                    }
                     let outcome = self.node.mut_store().state_mut().apply(&command);
                     batch.changed.extend(outcome.changed);
                     batch.control_changed |= outcome.control_changed;

@@ -480,3 +480,168 @@ fn a_reservation_too_far_ahead_of_the_leaders_clock_is_refused_unproposed() {
     );
     assert!(net.raft(1).raft_log.last_index() > before, "proposed");
 }
+
+/// The command of the entry at `index` in member `id`'s log (None: a no-op or a conf change).
+fn command_at(net: &Network, id: u64, index: u64) -> Option<seqsvr_core::store::Command> {
+    let entries = net
+        .raft(id)
+        .raft_log
+        .entries(index, 1, raft::GetEntriesContext::empty(false))
+        .expect("the entry is in the log");
+    let entry = entries.first().expect("one entry");
+    (entry.get_entry_type() == raft::eraftpb::EntryType::EntryNormal && !entry.data.is_empty())
+        .then(|| seqsvr_core::store::Command::decode(&entry.data).expect("a command"))
+}
+
+/// A rolling upgrade (README "Upgrading"). Member 3 plays a build before the commands version
+/// gate (commands version 0): it stops with a storage fault on any command of version 1, as
+/// that build stops on a command it cannot decode (the harness fails the test on a fault:
+/// "this build applies only up to 0"). While it is in the set the leader proposes only
+/// version-0 commands: a worker lease is `AcquireWorker` (not `AcquireWorkerAt`), no scheme
+/// record, and a rongcloud reservation is refused, retryably, unproposed. Once member 3 runs
+/// this build (restarted on its data dir), the leader raises the set's version and proposes
+/// `AcquireWorkerAt` and the records. Fails without the gate (`versions.rs`; the
+/// teeth-no-commands-gate build): member 3 stops on the first version-1 command.
+#[test]
+fn a_member_of_an_older_build_is_never_sent_a_command_it_cannot_apply() {
+    use seqsvr_core::store::{Command, SchemeRecord, COMMANDS_VERSION};
+    let snowflake = SchemeRecord { layout: "L1".into(), pool_begin: 0, pool_end: 3 };
+    let rongcloud = SchemeRecord { layout: "R1".into(), pool_begin: 0, pool_end: 0 };
+    let schemes = |c: &mut super::DriverConfig| {
+        c.scheme_records.insert("snowflake".into(), snowflake.clone());
+        c.scheme_records.insert("rc".into(), rongcloud.clone());
+    };
+    let mut net = Network::with_config(3, |c| {
+        schemes(c);
+        if c.node_id == NodeId(3) {
+            c.commands_version = 0;
+        }
+    });
+    net.elect(1);
+    let (input, mut rx) = register("alloc-a:1");
+    net.send(1, input);
+    net.settle();
+    let alloc = answer(&mut rx).expect("registered");
+    let acquire = |net: &mut Network| {
+        let (reply, mut rx) = oneshot::channel();
+        let input = Input::AcquireWorker {
+            alloc,
+            scheme: "snowflake".into(),
+            layout: "L1".into(),
+            identity: None,
+            reply,
+        };
+        net.send(1, input);
+        net.settle();
+        answer(&mut rx).expect("a worker id leased");
+        let last = net.raft(1).raft_log.last_index();
+        command_at(net, 1, last).expect("the lease's command")
+    };
+    let reserve_session = |net: &mut Network| {
+        let (reply, mut rx) = oneshot::channel();
+        let reservation = super::SessionReservation {
+            alloc,
+            scheme: "rc".into(),
+            layout: "R1".into(),
+            section: SectionId(0),
+            lease_epoch: LeaseEpoch(1),
+            up_to_ms: seqsvr_server::clock::unix_ms_now(),
+        };
+        net.send(1, Input::ReserveSessionTime { reservation, identity: None, reply });
+        net.settle();
+        answer(&mut rx)
+    };
+    for _ in 0..5 {
+        net.tick(&[1]); // arbiter rounds: nothing of version 1 may go out
+    }
+    assert!(matches!(acquire(&mut net), Command::AcquireWorker { .. }), "the old command");
+    let before = net.raft(1).raft_log.last_index();
+    match reserve_session(&mut net) {
+        Err(RequestError::CommandsVersion(why)) => assert!(why.contains("older"), "{why}"),
+        other => panic!("expected a CommandsVersion refusal, got {other:?}"),
+    }
+    assert_eq!(net.raft(1).raft_log.last_index(), before, "a refused reservation was proposed");
+    for id in net.ids() {
+        let control = net.store(id).state().control();
+        assert_eq!(control.commands_version, 0, "member {id}: the set was raised too early");
+        assert!(control.schemes.contains_key("snowflake"), "recorded by the old lease");
+        assert!(!control.schemes.contains_key("rc"), "member {id}: records need version 1");
+    }
+    assert_agree(&net);
+
+    // Member 3 is upgraded: it restarts on its data dir with this build.
+    net.restart_with(3, schemes);
+    let raised = net.tick_until(&[1], 10, |net| {
+        net.ids().iter().all(|&id| net.store(id).state().control().commands_version > 0)
+    });
+    assert!(raised, "the set's commands version was never raised");
+    net.tick(&[1]); // the next round records the schemes
+    assert!(matches!(acquire(&mut net), Command::AcquireWorkerAt { .. }), "the new command");
+    let before = net.raft(1).raft_log.last_index();
+    let reserved = reserve_session(&mut net);
+    assert!(
+        matches!(reserved, Err(RequestError::Rejected(_))),
+        "proposed once the set runs version 1 (and refused at apply only because alloc-a owns \
+         no section): {reserved:?}"
+    );
+    assert!(net.raft(1).raft_log.last_index() > before, "the reservation was proposed");
+    for id in net.ids() {
+        let control = net.store(id).state().control();
+        assert_eq!(control.commands_version, COMMANDS_VERSION, "member {id}");
+        assert!(control.schemes.contains_key("rc"), "member {id} recorded every scheme");
+    }
+    assert_agree(&net);
+}
+
+/// No membership change is proposed behind an unapplied raise of the commands version: the
+/// raise was judged on the members before the change, and a member added behind it could be
+/// of an older build (it would stop on the raise). Refused with a precondition while the raise
+/// waits in the log; accepted once it applied. Fails without `versions.rs::unapplied_raise`
+/// in `membership.rs::check_membership`.
+#[test]
+fn no_membership_change_is_proposed_behind_an_unapplied_raise() {
+    use super::MembershipChange;
+    let mut net = Network::with_config(3, |c| {
+        if c.node_id == NodeId(3) {
+            c.commands_version = 0;
+        }
+    });
+    net.elect(1);
+    net.restart_with(3, |_| {});
+    // Ticks until every member's report is in (the next round would raise).
+    let mut ticks = 0;
+    while !net.driver(1).members_behind(1).is_empty() {
+        assert!(ticks < 10, "member 3 never reported this build");
+        net.tick(&[1]);
+        ticks += 1;
+    }
+    assert_eq!(net.store(1).state().control().commands_version, 0, "not raised yet");
+    // The raise is proposed by a leader cut off from the others: it stays unapplied.
+    net.isolate(1);
+    net.tick(&[1]);
+    let index = net.driver(1).unapplied_raise().expect("the raise waits in the log");
+    let add = |net: &mut Network| {
+        let (reply, mut rx) = oneshot::channel();
+        let change = MembershipChange::AddLearner { id: NodeId(4), addr: "mem-4:7000".into() };
+        net.send(1, Input::Membership { change, reply });
+        net.settle();
+        rx.try_recv()
+    };
+    match add(&mut net) {
+        Ok(Err(RequestError::Precondition(why))) => {
+            assert!(why.contains("being raised"), "{why}");
+            assert!(why.contains(&index.to_string()), "{why}");
+        }
+        other => panic!("expected a refusal while the raise is unapplied, got {other:?}"),
+    }
+    net.heal();
+    let applied = net.tick_until(&[1], 10, |net| {
+        net.ids().iter().all(|&id| net.store(id).state().control().commands_version == 1)
+    });
+    assert!(applied, "the raise applied once the leader reached the others");
+    assert!(net.driver(1).unapplied_raise().is_none());
+    assert!(
+        !matches!(add(&mut net), Ok(Err(RequestError::Precondition(_)))),
+        "accepted (proposed) once the raise applied"
+    );
+}
