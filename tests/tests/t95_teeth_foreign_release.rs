@@ -44,11 +44,18 @@ async fn store_as(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_allocsvrs_certificate_cannot_release_a_registration() {
-    let cluster = Cluster::start(ClusterOptions {
-        allocs_per_set: 2,
-        proxied: true,
-        ..ClusterOptions::default()
-    });
+    let defaults = ClusterOptions::default();
+    // A lease long enough that the cut-off victim serves on for seconds after the release: the
+    // teeth build's overlap (both AllocSvrs serving its sections) is then wide enough to be
+    // seen on a loaded machine (with the default 1.5 s it was missed about one run in three).
+    let alloc = seqsvr_core::config::AllocTuning {
+        lease_ms: 5_000,
+        lease_margin_ms: 300,
+        heartbeat_ms: 500,
+        ..defaults.alloc.clone()
+    };
+    let cluster =
+        Cluster::start(ClusterOptions { allocs_per_set: 2, proxied: true, alloc, ..defaults });
     let stale = Arc::new(cluster.seq_client().await);
     let fresh = Arc::new(cluster.seq_client().await);
     cluster.wait_serving(&stale).await;

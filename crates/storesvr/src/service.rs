@@ -472,6 +472,15 @@ impl pb::raft_transport_server::RaftTransport for ServiceContext {
             }
             let m = raft::eraftpb::Message::parse_from_bytes(bytes)
                 .map_err(|e| Status::invalid_argument(format!("undecodable raft message: {e}")))?;
+            // What the batch says of its sender (address, vote-blocked, commands version) is
+            // taken for every message's `from`: one member may not speak for another.
+            if m.from != batch.from {
+                metrics::counter!("seqsvr_store_raft_messages_refused_total").increment(1);
+                return Err(Status::invalid_argument(format!(
+                    "a raft message from member {} in a batch from member {}: refused",
+                    m.from, batch.from
+                )));
+            }
             messages.push(m);
         }
         self.driver

@@ -87,10 +87,11 @@ pub struct Driver {
     /// Peers whose last batch said they are vote-blocked: no leadership for them, and they do
     /// not count toward the voters a removal must leave.
     blocked_peers: std::collections::HashSet<u64>,
-    /// The commands version each peer last reported in an answer to this leader, and when (see
+    /// The commands version each peer last reported in an answer to this leader, in which term,
+    /// and when (see
     /// `versions.rs`): the leader raises the set's version only once every member reported at
     /// least as much lately.
-    peer_commands_versions: HashMap<u64, (u32, Instant)>,
+    peer_commands_versions: HashMap<u64, (u32, u64, Instant)>,
     /// The set commands version whose wait for older members was logged last (one line per
     /// change of who is behind, not one per arbiter round).
     commands_version_wait_logged: Option<Vec<(u64, u32)>>,

@@ -610,7 +610,7 @@ fn no_membership_change_is_proposed_behind_an_unapplied_raise() {
     net.restart_with(3, |_| {});
     // Ticks until every member's report is in (the next round would raise).
     let mut ticks = 0;
-    while !net.driver(1).members_behind(1).is_empty() {
+    while !net.driver(1).members_behind(1, std::time::Instant::now()).is_empty() {
         assert!(ticks < 10, "member 3 never reported this build");
         net.tick(&[1]);
         ticks += 1;
@@ -644,4 +644,36 @@ fn no_membership_change_is_proposed_behind_an_unapplied_raise() {
         !matches!(add(&mut net), Ok(Err(RequestError::Precondition(_)))),
         "accepted (proposed) once the raise applied"
     );
+}
+
+/// A member's report counts toward a raise only while it is fresh (one election timeout) and of
+/// this leader's current term: a member not heard from lately, or heard from only in an earlier
+/// term (it may have been rolled back since, under the leader in between), holds the raise
+/// back. Fails if `versions.rs::members_behind` ignores a report's age or term.
+#[test]
+fn only_fresh_reports_of_the_current_term_count_toward_a_raise() {
+    use std::time::Instant;
+    let mut net = Network::with_config(3, |c| {
+        if c.node_id == NodeId(3) {
+            c.commands_version = 0;
+        }
+    });
+    net.elect(1);
+    net.restart_with(3, |_| {});
+    let mut ticks = 0;
+    while !net.driver(1).members_behind(1, Instant::now()).is_empty() {
+        assert!(ticks < 10, "member 3 never reported this build");
+        net.tick(&[1]);
+        ticks += 1;
+    }
+    let now = Instant::now();
+    let window = {
+        let c = &net.driver(1).config;
+        c.tick * c.election_ticks as u32
+    };
+    let stale = now + window + std::time::Duration::from_secs(1);
+    assert_eq!(net.driver(1).members_behind(1, stale), vec![(2, 1), (3, 1)], "stale reports");
+    let term = net.raft(1).term;
+    net.driver(1).peer_commands_versions.insert(3, (1, term - 1, now));
+    assert_eq!(net.driver(1).members_behind(1, now), vec![(3, 1)], "a report of an earlier term");
 }

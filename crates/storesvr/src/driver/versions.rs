@@ -57,7 +57,7 @@ impl Driver {
             MessageType::MsgAppendResponse | MessageType::MsgHeartbeatResponse
         );
         if answer && m.term == raft.term && raft.prs().get(m.from).is_some() {
-            self.peer_commands_versions.insert(m.from, (version, now));
+            self.peer_commands_versions.insert(m.from, (version, m.term, now));
         }
     }
 
@@ -76,7 +76,7 @@ impl Driver {
         if self.node.raft.has_pending_conf() {
             return None;
         }
-        let behind = self.members_behind(ours);
+        let behind = self.members_behind(ours, Instant::now());
         if behind.is_empty() {
             self.commands_version_wait_logged = None;
             tracing::info!(
@@ -119,8 +119,10 @@ impl Driver {
     }
 
     /// The members of the configuration that did not report at least `version` within an
-    /// election timeout, with what they last reported (0 if nothing).
-    pub(super) fn members_behind(&self, version: u32) -> Vec<(u64, u32)> {
+    /// election timeout before `now`, in this leader's current term (a report to an earlier
+    /// term of this member, before a leader in between, says nothing about the member now),
+    /// with what they last reported (0 if nothing).
+    pub(super) fn members_behind(&self, version: u32, now: Instant) -> Vec<(u64, u32)> {
         let cs = self.node.store().conf_state();
         let mut members: Vec<u64> = (cs.voters.iter())
             .chain(&cs.learners)
@@ -131,15 +133,19 @@ impl Driver {
             .collect();
         members.sort_unstable();
         members.dedup();
-        let now = Instant::now();
+        let term = self.node.raft.term;
         let window = self.config.tick * self.config.election_ticks as u32;
         members
             .into_iter()
             .filter_map(|m| match self.peer_commands_versions.get(&m) {
-                Some(&(reported, at)) if reported >= version && now.duration_since(at) < window => {
+                Some(&(reported, at_term, at))
+                    if reported >= version
+                        && at_term == term
+                        && now.duration_since(at) < window =>
+                {
                     None
                 }
-                Some(&(reported, _)) => Some((m, reported)),
+                Some(&(reported, ..)) => Some((m, reported)),
                 None => Some((m, 0)),
             })
             .collect()
