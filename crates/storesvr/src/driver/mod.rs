@@ -92,8 +92,8 @@ pub struct Driver {
     /// `versions.rs`): the leader raises the set's version only once every member reported at
     /// least as much lately.
     peer_commands_versions: HashMap<u64, (u32, u64, Instant)>,
-    /// The set commands version whose wait for older members was logged last (one line per
-    /// change of who is behind, not one per arbiter round).
+    /// The members (with what they reported) a raise was last logged as waiting for: one line
+    /// per change of who is behind, not one per arbiter round.
     commands_version_wait_logged: Option<Vec<(u64, u32)>>,
     was_leader: bool,
     /// Present while this member is leader, for exactly one term (see `leader_state.rs`).

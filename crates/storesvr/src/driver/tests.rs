@@ -593,6 +593,26 @@ fn a_member_of_an_older_build_is_never_sent_a_command_it_cannot_apply() {
     assert_agree(&net);
 }
 
+/// Three members, 1 leading; member 3 started on a build before the gate (version 0), was
+/// restarted on this build, and every member's report of version 1 is in: the leader's next
+/// arbiter round would raise the set's version.
+fn just_upgraded() -> Network {
+    let mut net = Network::with_config(3, |c| {
+        if c.node_id == NodeId(3) {
+            c.commands_version = 0;
+        }
+    });
+    net.elect(1);
+    net.restart_with(3, |_| {});
+    let mut ticks = 0;
+    while !net.driver(1).members_behind(1, std::time::Instant::now()).is_empty() {
+        assert!(ticks < 10, "member 3 never reported this build");
+        net.tick(&[1]);
+        ticks += 1;
+    }
+    net
+}
+
 /// No membership change is proposed behind an unapplied raise of the commands version: the
 /// raise was judged on the members before the change, and a member added behind it could be
 /// of an older build (it would stop on the raise). Refused with a precondition while the raise
@@ -601,20 +621,7 @@ fn a_member_of_an_older_build_is_never_sent_a_command_it_cannot_apply() {
 #[test]
 fn no_membership_change_is_proposed_behind_an_unapplied_raise() {
     use super::MembershipChange;
-    let mut net = Network::with_config(3, |c| {
-        if c.node_id == NodeId(3) {
-            c.commands_version = 0;
-        }
-    });
-    net.elect(1);
-    net.restart_with(3, |_| {});
-    // Ticks until every member's report is in (the next round would raise).
-    let mut ticks = 0;
-    while !net.driver(1).members_behind(1, std::time::Instant::now()).is_empty() {
-        assert!(ticks < 10, "member 3 never reported this build");
-        net.tick(&[1]);
-        ticks += 1;
-    }
+    let mut net = just_upgraded();
     assert_eq!(net.store(1).state().control().commands_version, 0, "not raised yet");
     // The raise is proposed by a leader cut off from the others: it stays unapplied.
     net.isolate(1);
@@ -653,19 +660,7 @@ fn no_membership_change_is_proposed_behind_an_unapplied_raise() {
 #[test]
 fn only_fresh_reports_of_the_current_term_count_toward_a_raise() {
     use std::time::Instant;
-    let mut net = Network::with_config(3, |c| {
-        if c.node_id == NodeId(3) {
-            c.commands_version = 0;
-        }
-    });
-    net.elect(1);
-    net.restart_with(3, |_| {});
-    let mut ticks = 0;
-    while !net.driver(1).members_behind(1, Instant::now()).is_empty() {
-        assert!(ticks < 10, "member 3 never reported this build");
-        net.tick(&[1]);
-        ticks += 1;
-    }
+    let mut net = just_upgraded();
     let now = Instant::now();
     let window = {
         let c = &net.driver(1).config;
