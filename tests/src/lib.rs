@@ -217,6 +217,23 @@ impl IdRecorder {
         result
     }
 
+    /// Like [`IdRecorder::next_ids`], but a call that fails the way a busy machine makes calls
+    /// fail (a heartbeat answered late lapses the lease for a moment: `UNAVAILABLE`) is
+    /// recorded and tried again, until one succeeds or `wait_for` gives up. A wrong answer is
+    /// never retried away: every call stays in the history the checker reads.
+    pub async fn served_ids(
+        &self,
+        addr: &str,
+        scheme: &str,
+        count: u32,
+        business: u64,
+    ) -> (u64, Vec<u128>) {
+        wait_for(&format!("{count} {scheme} ids from {addr}"), || async {
+            self.next_ids(addr, scheme, count, business).await.ok()
+        })
+        .await
+    }
+
     /// `count` ids of a `rongcloud` session through the SDK (which finds the session's owner),
     /// recorded; answers the ids (or the error).
     pub async fn next_session_ids(

@@ -38,13 +38,11 @@ async fn a_restart_with_the_clock_set_back_never_reissues_an_id() {
     })
     .await;
     // Ids over at least 3 s of their own time, densely (every call's first id has sequence 0).
-    let (first, _) = rec
-        .next_ids(&addr, "snowflake", 200, 0)
-        .await
-        .map(|(_, ids)| (time_of(ids[0]), ()))
-        .expect("ids");
+    // A call refused for a moment (a late heartbeat on a busy machine) is retried: the test is
+    // about which ids come back, not about availability.
+    let first = time_of(rec.served_ids(&addr, "snowflake", 200, 0).await.1[0]);
     loop {
-        let (_, ids) = rec.next_ids(&addr, "snowflake", 200, 0).await.expect("ids");
+        let (_, ids) = rec.served_ids(&addr, "snowflake", 200, 0).await;
         if time_of(ids[ids.len() - 1]) >= first + 3_000 {
             break;
         }
@@ -67,7 +65,7 @@ async fn a_restart_with_the_clock_set_back_never_reissues_an_id() {
     .await;
     assert_eq!(again, worker, "the restarted AllocSvr leases the only worker id again");
     for _ in 0..30 {
-        rec.next_ids(&addr, "snowflake", 200, 0).await.expect("ids after the restart");
+        rec.served_ids(&addr, "snowflake", 200, 0).await;
     }
     rec.assert_no_violation();
 }
