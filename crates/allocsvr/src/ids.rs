@@ -22,7 +22,7 @@
 use crate::lease::{Inner, Shared};
 use seqsvr_core::config::ClusterConfig;
 use seqsvr_core::ids::{AllocId, SetId};
-use seqsvr_core::idscheme::{issued_fields, Layout, Next, Scheme};
+use seqsvr_core::idscheme::{issued_fields, Layout, NextRun, Scheme, Stamp, UUID_RANDOM_BITS};
 use seqsvr_proto::v1 as pb;
 use seqsvr_server::BootInstant;
 use std::collections::{BTreeMap, BTreeSet};
@@ -268,22 +268,37 @@ impl IdServer {
         }
         let layout = &setup.layout;
         let now = layout.units_at(seqsvr_server::clock::unix_ms_now());
+        // Every field but the stamp (and uuidv7's random bits) is fixed for this call: checked
+        // once, then each id is shifts and ORs. The layout holds every field: the worker id
+        // comes from this set's share of the scheme's worker ids, the business number was
+        // checked, and the generator never passes the time or sequence fields.
+        let zero = Stamp { time: 0, sequence: 0 };
+        let random_bits = if layout.scheme() == Scheme::UuidV7 { UUID_RANDOM_BITS } else { 0 };
+        let packer = layout
+            .packer(&issued_fields(layout, slot.worker, zero, business, 0), random_bits)
+            .map_err(|e| Status::internal(e.to_string()))?;
         let mut step = None;
         while out.len() < want {
-            match slot.generator.next(now, slot.high_water) {
-                Ok(Next::Issue(stamp)) => {
-                    let fields = issued_fields(layout, slot.worker, stamp, business, random_u64());
-                    // The layout holds every field: the worker id comes from this set's share
-                    // of the scheme's worker ids, the business number was checked, and the
-                    // generator never passes the time or sequence fields.
-                    let id = layout.encode(&fields).map_err(|e| Status::internal(e.to_string()))?;
-                    out.push(id);
+            match slot.generator.next_run(now, slot.high_water, (want - out.len()) as u64) {
+                Ok(NextRun::Issue(run)) => {
+                    let end = run.first_sequence + run.len;
+                    if packer.takes_random() {
+                        out.extend(
+                            (run.first_sequence..end)
+                                .map(|sequence| packer.pack(run.time, sequence, random_u64())),
+                        );
+                    } else {
+                        out.extend(
+                            (run.first_sequence..end)
+                                .map(|sequence| packer.pack(run.time, sequence, 0)),
+                        );
+                    }
                 }
-                Ok(Next::WaitUntil(unit)) => {
+                Ok(NextRun::WaitUntil(unit)) => {
                     step = Some(Step::Wait { unit });
                     break;
                 }
-                Ok(Next::RaiseHighWater(unit)) => {
+                Ok(NextRun::RaiseHighWater(unit)) => {
                     step = Some(Step::Reserve {
                         alloc,
                         worker: slot.worker,

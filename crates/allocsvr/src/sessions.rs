@@ -28,8 +28,8 @@ use crate::lease::{Inner, Shared};
 use seqsvr_core::alloc::{AllocTable, SeqError};
 use seqsvr_core::ids::{AllocId, LeaseEpoch, SectionId};
 use seqsvr_core::idscheme::{
-    session_fields, session_hash_of, session_key, Generator, Layout, Next, SESSION_HASHES,
-    SESSION_TYPES,
+    session_fields, session_hash_of, session_key, Generator, Layout, NextRun, Stamp,
+    SESSION_HASHES, SESSION_TYPES,
 };
 use seqsvr_proto::v1 as pb;
 use seqsvr_server::BootInstant;
@@ -361,19 +361,24 @@ impl IdServer {
             let unit = ahead;
             return Ok(SessionStep::Install(Reservation { alloc, section, lease_epoch, unit }));
         };
+        // The session's fields are fixed for this call: checked once, then each id is shifts
+        // and ORs (the generator never passes the time or sequence fields).
+        let zero = Stamp { time: 0, sequence: 0 };
+        let packer = layout
+            .packer(&session_fields(zero, session_type, session_hash), 0)
+            .map_err(|e| Status::internal(e.to_string()))?;
         let mut step = None;
         while out.len() < want {
-            match slot.generator.next(now, slot.high_water) {
-                Ok(Next::Issue(stamp)) => {
-                    let fields = session_fields(stamp, session_type, session_hash);
-                    let id = layout.encode(&fields).map_err(|e| Status::internal(e.to_string()))?;
-                    out.push(id);
+            match slot.generator.next_run(now, slot.high_water, (want - out.len()) as u64) {
+                Ok(NextRun::Issue(run)) => {
+                    let end = run.first_sequence + run.len;
+                    out.extend((run.first_sequence..end).map(|seq| packer.pack(run.time, seq, 0)));
                 }
-                Ok(Next::WaitUntil(unit)) => {
+                Ok(NextRun::WaitUntil(unit)) => {
                     step = Some(SessionStep::Wait { unit });
                     break;
                 }
-                Ok(Next::RaiseHighWater(wanted)) => {
+                Ok(NextRun::RaiseHighWater(wanted)) => {
                     let unit = wanted.max(ahead);
                     let reservation = Reservation { alloc, section, lease_epoch, unit };
                     step = Some(SessionStep::Reserve(reservation));

@@ -39,7 +39,7 @@ mod generator;
 mod tests;
 mod text;
 
-pub use generator::{GenError, GenStats, Generator, Next, Stamp};
+pub use generator::{GenError, GenStats, Generator, Next, NextRun, Run, Stamp};
 pub use text::{rfc3339_ms, unix_ms_of_date, RONGCLOUD_ALPHABET};
 
 /// Twitter Snowflake's epoch, 2010-11-04T01:42:54.657Z: the default for `snowflake`.
@@ -289,6 +289,8 @@ pub enum FieldError {
     TooWide { scheme: Scheme, part: Part, value: u64, bits: u32, max: u64 },
     #[error("{scheme} ids have {bits} bits and do not fit in a u64")]
     NotU64 { scheme: Scheme, bits: u32 },
+    #[error("{scheme}: a packer's fixed {part} must be 0 (it varies per id), not {value}")]
+    NotFixed { scheme: Scheme, part: Part, value: u64 },
 }
 
 /// Why a number or text is not an id of a layout.
@@ -572,6 +574,46 @@ impl Layout {
         Ok(id)
     }
 
+    /// A [`Packer`] for ids whose fields are `fixed` except the time, the sequence and the
+    /// random low bits of `rand` (`random_bits` of them, for uuidv7): checked once here, so
+    /// packing each id is shifts and ORs. `fixed`'s time and sequence must be 0, and so must
+    /// its `random_bits` low bits of `rand`.
+    pub fn packer(&self, fixed: &Fields, random_bits: u32) -> Result<Packer, FieldError> {
+        let rand_bits = self.width(Part::Rand);
+        let random_mask = if random_bits == 0 { 0 } else { max_of(random_bits.min(rand_bits)) };
+        let free =
+            |part: Part, value: u64| FieldError::NotFixed { scheme: self.scheme, part, value };
+        if fixed.time != 0 {
+            return Err(free(Part::Time, fixed.time));
+        }
+        if fixed.sequence != 0 {
+            return Err(free(Part::Sequence, fixed.sequence));
+        }
+        if fixed.rand & random_mask != 0 {
+            return Err(free(Part::Rand, fixed.rand));
+        }
+        let base = self.encode(fixed)?;
+        let shift_of = |part: Part| -> u32 {
+            let mut below = 0;
+            for &(p, bits) in self.parts.iter().rev() {
+                if p == part {
+                    return below;
+                }
+                below += bits;
+            }
+            0
+        };
+        Ok(Packer {
+            base,
+            time_shift: shift_of(Part::Time),
+            sequence_shift: shift_of(Part::Sequence),
+            rand_shift: shift_of(Part::Rand),
+            random_mask,
+            max_time: self.max_time(),
+            max_sequence: self.max_sequence(),
+        })
+    }
+
     /// [`Layout::encode`] for the 64-bit schemes.
     pub fn encode_u64(&self, fields: &Fields) -> Result<u64, FieldError> {
         let bits = self.scheme.id_bits();
@@ -634,6 +676,43 @@ impl Layout {
         })?;
         self.decode(id)?;
         Ok(id)
+    }
+}
+
+/// Packs ids of one [`Layout`] whose other fields are fixed ([`Layout::packer`]):
+/// `pack(time, sequence, random)` is [`Layout::encode`] of the fixed fields with that time and
+/// sequence and `random`'s low bits in the low bits of `rand`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Packer {
+    base: u128,
+    time_shift: u32,
+    sequence_shift: u32,
+    rand_shift: u32,
+    random_mask: u64,
+    max_time: u64,
+    max_sequence: u64,
+}
+
+impl Packer {
+    /// Whether ids take random bits (`random` matters).
+    pub fn takes_random(&self) -> bool {
+        self.random_mask != 0
+    }
+
+    /// The id of `time` and `sequence` (both within the layout: a caller passing a wider one
+    /// has broken the generator's invariant, so it is a crash, never a wrong id).
+    #[inline]
+    pub fn pack(&self, time: u64, sequence: u64, random: u64) -> u128 {
+        assert!(
+            time <= self.max_time && sequence <= self.max_sequence,
+            "a stamp within the layout: time {time} (max {}), sequence {sequence} (max {})",
+            self.max_time,
+            self.max_sequence
+        );
+        self.base
+            | u128::from(time) << self.time_shift
+            | u128::from(sequence) << self.sequence_shift
+            | u128::from(random & self.random_mask) << self.rand_shift
     }
 }
 

@@ -325,10 +325,90 @@ proptest! {
         fields.set(part, max.saturating_add(excess));
         let err = layout.encode(&fields).expect_err("too wide");
         let refused_part = match err {
-            FieldError::TooWide { part, .. } | FieldError::NoSuchField { part, .. } => part,
+            FieldError::TooWide { part, .. }
+            | FieldError::NoSuchField { part, .. }
+            | FieldError::NotFixed { part, .. } => part,
             FieldError::NotU64 { .. } => Part::Sign,
         };
         prop_assert_eq!(refused_part, part);
+    }
+
+    /// A packer's ids are the layout's own encoding of the same fields, for every scheme.
+    #[test]
+    fn a_packer_packs_what_encode_encodes(
+        layout in arb_layout(),
+        raw in any::<[u64; 7]>(),
+        time in any::<u64>(),
+        sequence in any::<u64>(),
+        random in any::<u64>(),
+    ) {
+        let random_bits = if layout.scheme() == Scheme::UuidV7 { UUID_RANDOM_BITS } else { 0 };
+        let mut fixed = fields_for(&layout, raw);
+        fixed.time = 0;
+        fixed.sequence = 0;
+        fixed.rand &= !((1u64 << random_bits) - 1);
+        let packer = layout.packer(&fixed, random_bits).expect("fixed fields that fit");
+        prop_assert_eq!(packer.takes_random(), random_bits > 0);
+        let (time, sequence) = (time & layout.max_time(), sequence & layout.max_sequence());
+        let fields = Fields {
+            time,
+            sequence,
+            rand: fixed.rand | (random & ((1u64 << random_bits) - 1)),
+            ..fixed
+        };
+        prop_assert_eq!(packer.pack(time, sequence, random), layout.encode(&fields).expect("fits"));
+        // What varies per id is refused as a fixed field.
+        let not_fixed = Fields { sequence: 1, ..fixed };
+        prop_assert!(
+            matches!(layout.packer(&not_fixed, random_bits), Err(FieldError::NotFixed { .. })),
+            "a fixed sequence is refused"
+        );
+    }
+
+    /// `next_run` issues exactly the stamps that single `next` calls with the same readings
+    /// issue, and leaves the same state behind, under a random clock and high-water mark.
+    #[test]
+    fn runs_issue_what_single_steps_issue(
+        layout in arb_layout(),
+        floor_offset in -20i64..=20,
+        max_ahead in 0u64..=5,
+        window in 1u64..=50,
+        steps in arb_steps(),
+        run_max in 1u64..=9000,
+    ) {
+        let start = layout.units_at(NOW_MS);
+        let floor = start.saturating_add_signed(floor_offset);
+        let mut by_run = Generator::new(&layout, floor, max_ahead).expect("floor fits");
+        let mut by_step = by_run.clone();
+        let (mut now, mut high_water) = (start, floor);
+        for (delta, calls) in steps {
+            now = now.saturating_add_signed(delta);
+            // Up to `calls` answers of each, `run_max` stamps per run at most.
+            for _ in 0..calls {
+                let answer = by_run.next_run(now, high_water, run_max).expect("far from the end");
+                match answer {
+                    NextRun::Issue(run) => {
+                        prop_assert!(run.len >= 1 && run.len <= run_max);
+                        for stamp in run.stamps() {
+                            let step = by_step.next(now, high_water).expect("far from the end");
+                            prop_assert_eq!(step, Next::Issue(stamp));
+                        }
+                    }
+                    NextRun::WaitUntil(unit) => {
+                        prop_assert_eq!(by_step.next(now, high_water), Ok(Next::WaitUntil(unit)));
+                        break;
+                    }
+                    NextRun::RaiseHighWater(unit) => {
+                        prop_assert_eq!(
+                            by_step.next(now, high_water),
+                            Ok(Next::RaiseHighWater(unit))
+                        );
+                        high_water = unit + window;
+                    }
+                }
+                prop_assert_eq!(&by_run, &by_step);
+            }
+        }
     }
 
     /// RongCloud's alphabet is in ASCII order and UUID hex is lowercase, so texts sort like ids.
