@@ -92,8 +92,10 @@ trap 'exit 130' INT TERM  # through the EXIT trap
 
 # --- Ids (issue 10): side by side in one run, one client process, the local cluster (mutual
 # TLS, as an application). Per served scheme: NextIds ×1 and ×1000 (64 callers) and the SDK's
-# cached path (one IdClient::cached, 64 takers; capacity 8192 = the SDK's default, and 200,000
-# = refills of 100,000 = ids.max_count); the local ceilings in this process, one thread: a bare
+# cached path (one IdClient::cached, 64 takers; capacity 8192 = the SDK's default, 200,000 and
+# 400,000 = refills of 100,000 / 200,000 as 4 concurrent NextIds (the SDK's default
+# parallel_fetches), and 200,000 with one NextIds per refill, what the SDK did before); the
+# local ceilings in this process, one thread: a bare
 # Generator loop of the same layout (one worker id, the wall clock, the same max_ahead_ms), the
 # same loop unbounded (the layout code's CPU cost), and uuid::Uuid::now_v7(). CPU per id counts
 # this client and every StoreSvr and AllocSvr (from /proc).
@@ -108,10 +110,16 @@ ids_benchmark() {
     "$bench" ids --config "$cfg" --server-pids "$server_pids" --out "$f" "$@" \
       || { echo "!! seqbench ids $* failed" >&2; rm -f "$f"; }
   }
+  cached_args() { # capacity[xPARALLEL]
+    case $1 in
+      *x*) echo "--capacity ${1%x*} --parallel-fetches ${1#*x}" ;;
+      *) echo "--capacity $1" ;;
+    esac
+  }
   ids_round() { # seconds schemes
     local s=$1 schemes=$2
     for scheme in $schemes; do
-      caps="8192 200000"
+      caps="8192 200000 200000x1 400000"  # capacity[xNextIds per refill]
       # uid-generator's 13 sequence bits: one worker id issues 8,192 ids per second plus what
       # it may borrow (max_ahead_ms), so under the standard config a refill of 100,000 from one
       # AllocSvr cannot be issued within the fetch deadline: only the default capacity runs.
@@ -121,7 +129,7 @@ ids_benchmark() {
       ids_run "$out/$scheme-next1-$r.json" --mode next --count 1 --scheme "$scheme" --seconds "$s"
       ids_run "$out/$scheme-next1000-$r.json" --mode next --count 1000 --scheme "$scheme" --seconds "$s"
       for cap in $caps; do
-        ids_run "$out/$scheme-cached$cap-$r.json" --mode cached --capacity "$cap" --scheme "$scheme" --seconds "$s"
+        ids_run "$out/$scheme-cached$cap-$r.json" --mode cached $(cached_args "$cap") --scheme "$scheme" --seconds "$s"
       done
       ids_run "$out/$scheme-generator-$r.json" --mode generator --scheme "$scheme" --seconds "$s"
       ids_run "$out/$scheme-generator-unbounded-$r.json" --mode generator-unbounded --scheme "$scheme" --seconds "$s"
@@ -142,7 +150,7 @@ ids_benchmark() {
   # wait for the clock after the benchmark). Reported together as `uid-generator-ahead`. Their
   # ids may repeat uid-generator's numbers: bench only, the variant is removed again below.
   if [[ " $id_schemes " == *" uid-generator "* ]]; then
-    local paths="next1 next1000 cached8192 cached200000" m args
+    local paths="next1 next1000 cached8192 cached200000 cached400000" m args
     ids_cfg_backup="$work/cluster.toml.before-ids"
     cp "$cfg" "$ids_cfg_backup"
     python3 - "$cfg" "$runs" $paths <<'PY'
@@ -170,7 +178,7 @@ PY
       for m in $paths; do
         case $m in
           next*) args=(--mode next --count "${m#next}") ;;
-          cached*) args=(--mode cached --capacity "${m#cached}") ;;
+          cached*) read -ra args <<<"--mode cached $(cached_args "${m#cached}")" ;;
         esac
         ids_run "$out/uid-generator-ahead-$m-$r.json" "${args[@]}" --scheme "uid-generator-ahead-$r-$m" \
           --report-as uid-generator-ahead --seconds "$id_ahead_seconds"
@@ -196,7 +204,8 @@ PY
     echo
     echo "- **Paths.** \`NextIds ×N\`: \`IdClient::next_ids\` with N ids per call, round-robin over the 4"
     echo "  AllocSvrs, each call timed. \`cached, capacity C\`: one \`IdClient::cached\` (refills of C/2 by"
-    echo "  one \`NextIds\` at a time, in the background) shared by 64 taker tasks; latency is one take (one"
+    echo "  4 concurrent \`NextIds\` of C/8 each, the SDK's default \`parallel_fetches\`, or by 1 where the"
+    echo "  row says so, in the background) shared by 64 taker tasks; latency is one take (one"
     echo "  in 16 timed). *ids/s* counts ids handed to the caller; *CPU ns/id* is user + system time from"
     echo "  /proc of the client process, and of all 10 server processes, divided by those ids."
     echo "- **Ceilings.** In the client process, one thread, no RPC: *Generator loop* = the AllocSvr's own"

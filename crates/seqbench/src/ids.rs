@@ -101,6 +101,9 @@ pub struct IdsArgs {
     /// default is 8192).
     #[arg(long, default_value_t = 8192)]
     capacity: usize,
+    /// `cached`: `NextIds` calls per refill, at once (the SDK's default is 4).
+    #[arg(long, default_value_t = CachedIdsOptions::default().parallel_fetches)]
+    parallel_fetches: u32,
     /// `cached` and the ceilings: time one take in this many (all are counted).
     #[arg(long, default_value_t = 16)]
     sample_every: u64,
@@ -235,7 +238,12 @@ fn label_of(a: &IdsArgs) -> String {
     }
     match a.mode {
         IdMode::Next => format!("NextIds ×{}", a.count),
-        IdMode::Cached => format!("cached, capacity {}", a.capacity),
+        IdMode::Cached if a.parallel_fetches == CachedIdsOptions::default().parallel_fetches => {
+            format!("cached, capacity {}", a.capacity)
+        }
+        IdMode::Cached => {
+            format!("cached, capacity {}, {} NextIds per refill", a.capacity, a.parallel_fetches)
+        }
         IdMode::Generator => "ceiling: Generator loop".into(),
         IdMode::GeneratorUnbounded => "ceiling: Generator loop, unbounded".into(),
         IdMode::UuidCrate => "ceiling: uuid crate now_v7".into(),
@@ -414,7 +422,11 @@ async fn served(
             .with_context(|| format!("warm-up NextIds of {:?}", a.scheme))?;
     }
     let cache = if a.mode == IdMode::Cached {
-        let options = CachedIdsOptions { capacity: a.capacity, ..CachedIdsOptions::default() };
+        let options = CachedIdsOptions {
+            capacity: a.capacity,
+            parallel_fetches: a.parallel_fetches,
+            ..CachedIdsOptions::default()
+        };
         let cache = Arc::new(client.cached(&a.scheme, 0, options)?);
         cache.next(CALL_DEADLINE).await.context("warm-up take from the id cache")?;
         // Let the first refills fill the buffer.

@@ -31,6 +31,7 @@
 use crate::retry::{retryable, RetryPolicy};
 use crossbeam_queue::ArrayQueue;
 use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
 use seqsvr_core::config::{ClusterConfig, IdsConfig};
 use seqsvr_core::idscheme::{
     self, DecodeError, Fields, Layout, LayoutError, Part, Scheme, TimeUnit,
@@ -712,17 +713,26 @@ impl IdSource for ClientSource {
 /// How a [`CachedIds`] buffers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CachedIdsOptions {
-    /// Most ids held (at least 2). The buffer is refilled when it falls to half of this, by one
-    /// `NextIds` of `capacity / 2` ids, which must be within the AllocSvrs' `ids.max_count`
-    /// (100 000 by default).
+    /// Most ids held (at least 2). The buffer is refilled when it falls to half of this, by
+    /// `parallel_fetches` `NextIds` calls of `capacity / 2` ids in all; each call's count must
+    /// be within the AllocSvrs' `ids.max_count` (100 000 by default).
     pub capacity: usize,
     /// How long one refill may take (its `NextIds` retries within it).
     pub fetch_deadline: Duration,
+    /// One refill is this many `NextIds` calls at once (round-robin, so to as many AllocSvrs),
+    /// splitting its `capacity / 2` ids between them: a refill of many ids then takes about
+    /// 1 / `parallel_fetches` of the time one call would. At least 1; more than `capacity / 2`
+    /// counts as `capacity / 2`.
+    pub parallel_fetches: u32,
 }
 
 impl Default for CachedIdsOptions {
     fn default() -> Self {
-        CachedIdsOptions { capacity: 8192, fetch_deadline: Duration::from_secs(3) }
+        CachedIdsOptions {
+            capacity: 8192,
+            fetch_deadline: Duration::from_secs(3),
+            parallel_fetches: 4,
+        }
     }
 }
 
@@ -731,9 +741,10 @@ impl Default for CachedIdsOptions {
 pub struct CachedIdsStats {
     /// Ids in the buffer now.
     pub buffered: usize,
-    /// Refills asked for (`NextIds` calls, or source fetches).
+    /// Fetches asked for (`NextIds` calls, or source fetches; a refill is
+    /// `parallel_fetches` of them).
     pub fetches: u64,
-    /// Refills that failed or whose answer was refused.
+    /// Fetches that failed or whose answer was refused.
     pub failed_fetches: u64,
     /// Ids handed out.
     pub handed_out: u64,
@@ -743,16 +754,19 @@ pub struct CachedIdsStats {
 /// takes the oldest buffered id (no RPC), and waits only when the buffer is empty.
 ///
 /// - **Bounded**: at most `capacity` ids are held. When a take leaves `capacity / 2` or fewer,
-///   a tokio task fetches `capacity / 2` more (one at a time, so the buffer never holds more
-///   than `capacity`).
-/// - **Strictly in order**: ids are handed out in the order they were received, each answer's
-///   ids in their (strictly increasing) order.
+///   a tokio task fetches `capacity / 2` more (one refill at a time, so the buffer never holds
+///   more than `capacity`), split over `parallel_fetches` concurrent `NextIds` calls.
+/// - **In order**: ids are handed out refill by refill; a refill's answers once all of them
+///   arrived, lowest first id first, each answer's ids in their (strictly increasing) order.
+///   So one worker id's ids are handed out in numeric order.
 /// - **Never twice**: each buffered id is taken once: the buffer is a bounded lock-free FIFO
 ///   queue (`crossbeam_queue::ArrayQueue`, whose pop is linearizable), so takers on several
 ///   threads never wait on one another's lock. Before an answer is
 ///   buffered it is checked: its ids strictly increase, and the first is above the last id
-///   received from the same worker id (whose ids strictly increase over all time); an answer
-///   that fails either check is refused whole (INTERNAL to a waiting caller), never buffered.
+///   received from the same worker id (whose ids strictly increase over all time; a refill's
+///   calls are all sent after the previous refill was buffered, and its answers are buffered
+///   lowest first); an answer that fails either check is refused whole (INTERNAL to a waiting
+///   caller), never buffered.
 /// - **Waiting**: an empty buffer makes `next` wait for the refill until its deadline; a refill
 ///   that fails with a final code (NOT_FOUND, INVALID_ARGUMENT, ...) ends the wait at once with
 ///   that error; a retryable one is retried (backing off by [`RetryPolicy::STANDARD`]) while
@@ -764,7 +778,7 @@ pub struct CachedIdsStats {
 /// issued it, which for a cached id may be well before [`CachedIds::next`] returns it. So the
 /// ids of two processes, or of a cache and a direct call, are not in real-time order of
 /// hand-out (an id handed out later may be lower, or carry an earlier time); only uniqueness is
-/// promised. Ids from one cache are in the order of the answers it received, which for answers
+/// promised. Ids from one cache are in the order of the answers it buffered, which for answers
 /// from different AllocSvrs (different worker ids) need not be numeric order. Use
 /// [`IdClient::next_ids`] directly where ids must follow real time.
 pub struct CachedIds {
@@ -788,8 +802,8 @@ struct Shared {
     changed: Notify,
     /// Refill at or below this many buffered ids.
     low_water: usize,
-    /// Ids asked for by one refill.
-    batch: u32,
+    /// Ids asked for by each `NextIds` of one refill (they sum to `capacity / 2`).
+    parts: Vec<u32>,
     capacity: usize,
 }
 
@@ -889,6 +903,13 @@ impl CacheState {
     }
 }
 
+/// `batch` ids over `parallel` calls (at most `batch` of them), the first ones one larger when
+/// it does not divide evenly.
+fn split_batch(batch: u32, parallel: u32) -> Vec<u32> {
+    let n = parallel.clamp(1, batch.max(1));
+    (0..n).map(|i| batch / n + u32::from(i < batch % n)).collect()
+}
+
 impl CachedIds {
     /// A cache filled from `source`; the first refill starts at once. Needs a tokio runtime
     /// (its refill task is spawned on it); INVALID_ARGUMENT without one, or for a capacity
@@ -906,6 +927,11 @@ impl CachedIds {
                 options.capacity
             )));
         }
+        if options.parallel_fetches == 0 {
+            return Err(Status::invalid_argument(
+                "parallel_fetches is 0: a refill needs at least one NextIds call",
+            ));
+        }
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
             Status::invalid_argument(
                 "CachedIds needs a tokio runtime: create it from within one (its refill task runs \
@@ -920,7 +946,7 @@ impl CachedIds {
             wake_task: Notify::new(),
             changed: Notify::new(),
             low_water: options.capacity / 2,
-            batch,
+            parts: split_batch(batch, options.parallel_fetches),
             capacity: options.capacity,
         });
         let task = runtime.spawn(refill(shared.clone(), source, options.fetch_deadline));
@@ -1009,7 +1035,8 @@ impl Drop for CachedIds {
 }
 
 /// The refill task: whenever the buffer is at half or below (and the last refill did not fail,
-/// or ids were asked for since), fetch `batch` ids and buffer them; after a failure, back off.
+/// or ids were asked for since), fetch `capacity / 2` ids (`parts`, concurrently) and buffer
+/// each answer as it arrives; after a failed refill, back off.
 async fn refill<S: IdSource>(shared: Arc<Shared>, source: S, fetch_deadline: Duration) {
     let mut backoff = RetryPolicy::STANDARD.backoff();
     loop {
@@ -1023,36 +1050,67 @@ async fn refill<S: IdSource>(shared: Arc<Shared>, source: S, fetch_deadline: Dur
             }
             woken.await;
         }
-        let fetched =
-            match tokio::time::timeout(fetch_deadline, source.fetch(shared.batch, fetch_deadline))
-                .await
-            {
-                Ok(result) => result,
-                Err(_) => Err(Status::deadline_exceeded(format!(
-                    "the id source did not answer within {} ms",
-                    fetch_deadline.as_millis()
-                ))),
-            };
-        let failed = {
-            let mut state = shared.lock();
-            state.stats.fetches += 1;
-            let accepted = fetched
-                .and_then(|ids| state.accept(&shared.queue, ids, shared.batch, shared.capacity));
-            match accepted {
-                Ok(()) => {
-                    state.last_failure = None;
-                    false
+        let mut fetches: FuturesUnordered<_> = shared
+            .parts
+            .iter()
+            .map(|&count| {
+                let fetch =
+                    tokio::time::timeout(fetch_deadline, source.fetch(count, fetch_deadline));
+                async move {
+                    let fetched = fetch.await.unwrap_or_else(|_| {
+                        Err(Status::deadline_exceeded(format!(
+                            "the id source did not answer within {} ms",
+                            fetch_deadline.as_millis()
+                        )))
+                    });
+                    (count, fetched)
                 }
+            })
+            .collect();
+        // The refill's answers are buffered once all arrived (or failed), lowest first: two
+        // calls of one refill may reach one worker id (one AllocSvr, or a hand-over) and answer
+        // in either order, and one worker id's ids are handed out in numeric order.
+        let mut answers = Vec::with_capacity(shared.parts.len());
+        let (mut accepted, mut refused, mut failed) = (0, None, None);
+        while let Some((count, fetched)) = fetches.next().await {
+            match fetched {
+                Ok(ids) => answers.push((count, ids)),
                 Err(status) => {
                     tracing::warn!(code = ?status.code(), error = %status.message(),
-                        "the id cache's refill failed");
+                        "a NextIds of the id cache's refill failed");
+                    let mut state = shared.lock();
+                    state.stats.fetches += 1;
                     state.stats.failed_fetches += 1;
-                    state.last_failure = Some(status);
-                    shared.paused.store(true, Ordering::SeqCst);
-                    true
+                    failed = Some(status);
                 }
             }
-        };
+        }
+        answers.sort_by_key(|(_, ids)| ids.ids.first());
+        {
+            let mut state = shared.lock();
+            for (count, ids) in answers {
+                state.stats.fetches += 1;
+                match state.accept(&shared.queue, ids, count, shared.capacity) {
+                    Ok(()) => accepted += 1,
+                    Err(status) => {
+                        tracing::warn!(error = %status.message(), "the id cache refused an answer");
+                        state.stats.failed_fetches += 1;
+                        refused = Some(status);
+                    }
+                }
+            }
+        }
+        // A refused answer (a server bug) always counts; a failed call only when no call of
+        // the refill brought ids.
+        let failure = refused.or(if accepted == 0 { failed } else { None });
+        let failed = failure.is_some();
+        {
+            let mut state = shared.lock();
+            if failed {
+                shared.paused.store(true, Ordering::SeqCst);
+            }
+            state.last_failure = failure;
+        }
         shared.changed.notify_waiters();
         if failed {
             tokio::time::sleep(backoff.next_delay()).await;
@@ -1607,8 +1665,13 @@ mod tests {
         }
     }
 
+    /// One `NextIds` per refill (the tests of the refill rules); `parallel` for split refills.
     fn with_capacity(capacity: usize) -> CachedIdsOptions {
-        CachedIdsOptions { capacity, ..CachedIdsOptions::default() }
+        parallel(capacity, 1)
+    }
+
+    fn parallel(capacity: usize, parallel_fetches: u32) -> CachedIdsOptions {
+        CachedIdsOptions { capacity, parallel_fetches, ..CachedIdsOptions::default() }
     }
 
     /// Polls `check` until it holds (5 s at most).
@@ -1824,6 +1887,90 @@ mod tests {
         assert_eq!(got, expected);
     }
 
+    /// A refill is split over `parallel_fetches` calls at once; their answers are buffered
+    /// lowest first once all arrived, so one worker id's ids come out in numeric order even
+    /// when its calls answer in the other order. A refill whose calls partly fail keeps what
+    /// the others brought, without an error to anyone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refill_is_split_over_parallel_calls_and_buffered_lowest_first() {
+        assert_eq!(split_batch(9, 2), [5, 4]);
+        assert_eq!(split_batch(3, 8), [1, 1, 1]);
+        assert_eq!(split_batch(4, 1), [4]);
+        // The first call of each refill answers only after the second did.
+        let next = Arc::new(AtomicU64::new(1));
+        let calls = Arc::new(AtomicU64::new(0));
+        let second_answered = Arc::new(Notify::new());
+        let source = {
+            let (next, calls, second_answered) =
+                (next.clone(), calls.clone(), second_answered.clone());
+            move |count: u32, _: Duration| {
+                let start = next.fetch_add(u64::from(count), Ordering::SeqCst);
+                let n = calls.fetch_add(1, Ordering::SeqCst);
+                let second_answered = second_answered.clone();
+                async move {
+                    let armed = second_answered.notified();
+                    if n.is_multiple_of(2) {
+                        armed.await;
+                    } else {
+                        second_answered.notify_one();
+                    }
+                    Ok(answer(3, &(start..start + u64::from(count)).collect::<Vec<_>>()))
+                }
+            }
+        };
+        let cache = CachedIds::new(source, parallel(16, 2)).unwrap();
+        let mut got = Vec::new();
+        for _ in 0..40 {
+            got.push(cache.next(5 * SECOND).await.unwrap());
+        }
+        assert_eq!(got, (1..=40).map(Id::U64).collect::<Vec<_>>());
+        let counted = || {
+            let stats = cache.stats();
+            stats.fetches == calls.load(Ordering::SeqCst) && stats.fetches.is_multiple_of(2)
+        };
+        eventually("the last refill's calls counted", counted).await;
+        assert_eq!(cache.stats().failed_fetches, 0, "{:?}", cache.stats());
+
+        // Every other call fails: each refill still brings the other call's ids.
+        let fetches = Arc::new(AtomicU64::new(0));
+        let counted = fetches.clone();
+        let source = move |count: u32, _: Duration| {
+            let n = counted.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if !n.is_multiple_of(2) {
+                    return Err(Status::unavailable("no lease"));
+                }
+                let start = n / 2 * u64::from(count) + 1;
+                Ok(answer(1, &(start..start + u64::from(count)).collect::<Vec<_>>()))
+            }
+        };
+        let cache = CachedIds::new(source, parallel(8, 2)).unwrap();
+        let mut got = Vec::new();
+        for _ in 0..12 {
+            got.push(cache.next(5 * SECOND).await.unwrap());
+        }
+        assert_eq!(got, (1..=12).map(Id::U64).collect::<Vec<_>>());
+        let halves = || {
+            let stats = cache.stats();
+            stats.fetches == fetches.load(Ordering::SeqCst)
+                && stats.failed_fetches * 2 == stats.fetches
+        };
+        eventually("every other call failed", halves).await;
+
+        // Two calls of one refill answering overlapping ids of one worker id: the higher is
+        // refused (INTERNAL, final) once the lower is handed out.
+        let answers = vec![answer(7, &[3, 4]), answer(7, &[1, 2, 3])];
+        let cache = CachedIds::new(scripted(answers), parallel(12, 2)).unwrap();
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            got.push(cache.next(SECOND).await.unwrap());
+        }
+        assert_eq!(got, (1..=3).map(Id::U64).collect::<Vec<_>>());
+        let err = cache.next(5 * SECOND).await.unwrap_err();
+        assert_eq!(err.code(), Code::Internal, "{err:?}");
+        assert_eq!(cache.try_next(), None);
+    }
+
     /// Dropping the cache stops its task, also in the middle of a refill: the source (and the
     /// refill's future) are dropped.
     #[tokio::test]
@@ -1868,6 +2015,8 @@ mod tests {
                 assert!(err.message().contains("too large"), "{err:?}");
             }
             assert_eq!(CachedIds::new(source, with_capacity(2)).unwrap().capacity(), 2);
+            let err = CachedIds::new(source, parallel(8, 0)).err().unwrap();
+            assert!(err.message().contains("parallel_fetches is 0"), "{err:?}");
         });
     }
 
