@@ -710,6 +710,9 @@ impl IdSource for ClientSource {
     }
 }
 
+/// The most `NextIds` calls one refill of a [`CachedIds`] makes at once.
+pub const MAX_PARALLEL_FETCHES: u32 = 64;
+
 /// How a [`CachedIds`] buffers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CachedIdsOptions {
@@ -721,8 +724,10 @@ pub struct CachedIdsOptions {
     pub fetch_deadline: Duration,
     /// One refill is this many `NextIds` calls at once (round-robin, so to as many AllocSvrs),
     /// splitting its `capacity / 2` ids between them: a refill of many ids then takes about
-    /// 1 / `parallel_fetches` of the time one call would. At least 1; more than `capacity / 2`
-    /// counts as `capacity / 2`.
+    /// 1 / `parallel_fetches` of the time one call would. 1 to [`MAX_PARALLEL_FETCHES`]; more
+    /// than `capacity / 2` counts as `capacity / 2`. The refill waits for its other calls at
+    /// most four times as long as the first answer took (at least 100 ms), then drops them
+    /// (their ids are a gap), so one stalled AllocSvr costs little.
     pub parallel_fetches: u32,
 }
 
@@ -756,9 +761,10 @@ pub struct CachedIdsStats {
 /// - **Bounded**: at most `capacity` ids are held. When a take leaves `capacity / 2` or fewer,
 ///   a tokio task fetches `capacity / 2` more (one refill at a time, so the buffer never holds
 ///   more than `capacity`), split over `parallel_fetches` concurrent `NextIds` calls.
-/// - **In order**: ids are handed out refill by refill; a refill's answers once all of them
-///   arrived, lowest first id first, each answer's ids in their (strictly increasing) order.
-///   So one worker id's ids are handed out in numeric order.
+/// - **In order**: ids are handed out refill by refill. A refill's answers are buffered once
+///   all of them arrived (a call still out four times as long as the first answer took, at
+///   least 100 ms, is dropped: its ids are a gap), one worker id's answers merged into one
+///   sorted run, lowest first id first. So one worker id's ids are handed out in numeric order.
 /// - **Never twice**: each buffered id is taken once: the buffer is a bounded lock-free FIFO
 ///   queue (`crossbeam_queue::ArrayQueue`, whose pop is linearizable), so takers on several
 ///   threads never wait on one another's lock. Before an answer is
@@ -903,6 +909,50 @@ impl CacheState {
     }
 }
 
+/// How long a refill waits for its other calls after the first answered (`first` after it
+/// began): four times that, at least 100 ms.
+fn straggler_grace(first: Duration) -> Duration {
+    (first * 4).max(Duration::from_millis(100))
+}
+
+/// One refill's answers as the answers to check and buffer, lowest first id first: the answers
+/// of one worker id merged into one, its ids sorted, with the number of calls and ids asked it
+/// stands for. A merged answer mixing widths, or holding an id twice, fails the checks of
+/// [`CacheState::accept`] like any answer that could repeat an id.
+fn merge_by_worker(answers: Vec<(u32, Ids)>) -> Vec<(u64, (u32, Ids))> {
+    let mut merged: Vec<(u64, (u32, Ids))> = Vec::new();
+    for (count, answer) in answers {
+        let same_width = |ids: &Ids| {
+            ids.worker_id == answer.worker_id
+                && matches!(
+                    (&ids.ids, &answer.ids),
+                    (IdList::U64(_), IdList::U64(_)) | (IdList::U128(_), IdList::U128(_))
+                )
+        };
+        // Mixed widths of one worker id stay apart, so that `accept` refuses the second.
+        let Some((calls, (asked, into))) = merged.iter_mut().find(|(_, (_, ids))| same_width(ids))
+        else {
+            merged.push((1, (count, answer)));
+            continue;
+        };
+        *calls += 1;
+        *asked = asked.saturating_add(count);
+        match (&mut into.ids, answer.ids) {
+            (IdList::U64(a), IdList::U64(b)) => {
+                a.extend(b);
+                a.sort_unstable();
+            }
+            (IdList::U128(a), IdList::U128(b)) => {
+                a.extend(b);
+                a.sort_unstable();
+            }
+            _ => unreachable!("same_width matched the widths"),
+        }
+    }
+    merged.sort_by_key(|(_, (_, ids))| ids.ids.first());
+    merged
+}
+
 /// `batch` ids over `parallel` calls (at most `batch` of them), the first ones one larger when
 /// it does not divide evenly.
 fn split_batch(batch: u32, parallel: u32) -> Vec<u32> {
@@ -927,10 +977,11 @@ impl CachedIds {
                 options.capacity
             )));
         }
-        if options.parallel_fetches == 0 {
-            return Err(Status::invalid_argument(
-                "parallel_fetches is 0: a refill needs at least one NextIds call",
-            ));
+        if options.parallel_fetches == 0 || options.parallel_fetches > MAX_PARALLEL_FETCHES {
+            return Err(Status::invalid_argument(format!(
+                "parallel_fetches is {}: a refill is 1 to {MAX_PARALLEL_FETCHES} NextIds calls",
+                options.parallel_fetches
+            )));
         }
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
             Status::invalid_argument(
@@ -1036,7 +1087,7 @@ impl Drop for CachedIds {
 
 /// The refill task: whenever the buffer is at half or below (and the last refill did not fail,
 /// or ids were asked for since), fetch `capacity / 2` ids (`parts`, concurrently) and buffer
-/// each answer as it arrives; after a failed refill, back off.
+/// the answers together (see inside); after a failed refill, back off.
 async fn refill<S: IdSource>(shared: Arc<Shared>, source: S, fetch_deadline: Duration) {
     let mut backoff = RetryPolicy::STANDARD.backoff();
     loop {
@@ -1067,34 +1118,66 @@ async fn refill<S: IdSource>(shared: Arc<Shared>, source: S, fetch_deadline: Dur
                 }
             })
             .collect();
-        // The refill's answers are buffered once all arrived (or failed), lowest first: two
-        // calls of one refill may reach one worker id (one AllocSvr, or a hand-over) and answer
-        // in either order, and one worker id's ids are handed out in numeric order.
-        let mut answers = Vec::with_capacity(shared.parts.len());
-        let (mut accepted, mut refused, mut failed) = (0, None, None);
-        while let Some((count, fetched)) = fetches.next().await {
+        // The refill's answers are buffered together, once all arrived (or failed): two calls
+        // of one refill may reach one worker id (one AllocSvr, or a hand-over), answer in
+        // either order, and even interleave (a call that waits for the clock or the store
+        // keeps what it issued before), so one worker id's answers are merged into one sorted
+        // run, checked as one answer. A call still out `straggler_grace` after the first answer
+        // is dropped (its ids become a gap), so one stalled AllocSvr does not hold every refill
+        // for the whole fetch deadline.
+        let started = Instant::now();
+        let mut answers: Vec<(u32, Ids)> = Vec::with_capacity(shared.parts.len());
+        let (mut accepted, mut refused, mut failed) = (0, None, None::<Status>);
+        let mut give_up_at: Option<Instant> = None;
+        loop {
+            let next =
+                match give_up_at {
+                    Some(at) => match tokio::time::timeout_at(at, fetches.next()).await {
+                        Ok(next) => next,
+                        Err(_) => {
+                            let late = fetches.len() as u64;
+                            tracing::warn!(late, waited_ms = at.duration_since(started).as_millis(),
+                            "the id cache's refill dropped calls that answered too late (their \
+                             ids are a gap)");
+                            let mut state = shared.lock();
+                            state.stats.fetches += late;
+                            state.stats.failed_fetches += late;
+                            break;
+                        }
+                    },
+                    None => fetches.next().await,
+                };
+            let Some((count, fetched)) = next else { break };
             match fetched {
-                Ok(ids) => answers.push((count, ids)),
+                Ok(ids) => {
+                    if give_up_at.is_none() {
+                        give_up_at = Some(Instant::now() + straggler_grace(started.elapsed()));
+                    }
+                    answers.push((count, ids));
+                }
                 Err(status) => {
                     tracing::warn!(code = ?status.code(), error = %status.message(),
                         "a NextIds of the id cache's refill failed");
                     let mut state = shared.lock();
                     state.stats.fetches += 1;
                     state.stats.failed_fetches += 1;
-                    failed = Some(status);
+                    // A final error is kept over a retryable one: it ends waits at once.
+                    if failed.as_ref().is_none_or(|f| retryable(f.code())) {
+                        failed = Some(status);
+                    }
                 }
             }
         }
-        answers.sort_by_key(|(_, ids)| ids.ids.first());
+        drop(fetches);
         {
             let mut state = shared.lock();
-            for (count, ids) in answers {
-                state.stats.fetches += 1;
+            for (calls, (count, ids)) in merge_by_worker(answers) {
+                state.stats.fetches += calls;
                 match state.accept(&shared.queue, ids, count, shared.capacity) {
                     Ok(()) => accepted += 1,
                     Err(status) => {
                         tracing::warn!(error = %status.message(), "the id cache refused an answer");
-                        state.stats.failed_fetches += 1;
+                        state.stats.failed_fetches += calls;
                         refused = Some(status);
                     }
                 }
@@ -1957,18 +2040,42 @@ mod tests {
         };
         eventually("every other call failed", halves).await;
 
-        // Two calls of one refill answering overlapping ids of one worker id: the higher is
-        // refused (INTERNAL, final) once the lower is handed out.
-        let answers = vec![answer(7, &[3, 4]), answer(7, &[1, 2, 3])];
-        let cache = CachedIds::new(scripted(answers), parallel(12, 2)).unwrap();
+        // Two calls of one refill on one worker id whose answers interleave (a call that
+        // waited for the clock keeps what it issued before): merged, all handed out in order.
+        let answers = vec![answer(7, &[1, 2, 7, 8]), answer(7, &[3, 4, 5, 6])];
+        let cache = CachedIds::new(scripted(answers), parallel(16, 2)).unwrap();
         let mut got = Vec::new();
-        for _ in 0..3 {
+        for _ in 0..8 {
             got.push(cache.next(SECOND).await.unwrap());
         }
-        assert_eq!(got, (1..=3).map(Id::U64).collect::<Vec<_>>());
+        assert_eq!(got, (1..=8).map(Id::U64).collect::<Vec<_>>());
+        assert_eq!(cache.stats().failed_fetches, 0);
+
+        // Answers of one worker id holding one id twice: refused whole (INTERNAL, final).
+        let answers = vec![answer(7, &[3, 4]), answer(7, &[1, 2, 3])];
+        let cache = CachedIds::new(scripted(answers), parallel(12, 2)).unwrap();
         let err = cache.next(5 * SECOND).await.unwrap_err();
         assert_eq!(err.code(), Code::Internal, "{err:?}");
+        assert!(err.message().contains("is not above the one before it"), "{err:?}");
         assert_eq!(cache.try_next(), None);
+        assert_eq!(cache.stats().failed_fetches, 2);
+    }
+
+    /// A call of a refill that does not answer is dropped soon after the others answered (its
+    /// ids are a gap), not waited for until the fetch deadline.
+    #[tokio::test]
+    async fn a_refill_does_not_wait_out_a_stalled_call() {
+        // The first call answers; the second never does (the script ends).
+        let options = CachedIdsOptions { fetch_deadline: 30 * SECOND, ..parallel(8, 2) };
+        let cache = CachedIds::new(scripted(vec![answer(1, &[1, 2])]), options).unwrap();
+        let started = Instant::now();
+        assert_eq!(cache.next(20 * SECOND).await.unwrap(), Id::U64(1));
+        assert!(started.elapsed() < 10 * SECOND, "{:?}", started.elapsed());
+        assert_eq!(cache.try_next(), Some(Id::U64(2)));
+        let stats = cache.stats();
+        assert_eq!((stats.fetches, stats.failed_fetches), (2, 1), "{stats:?}");
+        assert_eq!(straggler_grace(Duration::from_millis(1)), Duration::from_millis(100));
+        assert_eq!(straggler_grace(SECOND), 4 * SECOND);
     }
 
     /// Dropping the cache stops its task, also in the middle of a refill: the source (and the
@@ -2017,6 +2124,8 @@ mod tests {
             assert_eq!(CachedIds::new(source, with_capacity(2)).unwrap().capacity(), 2);
             let err = CachedIds::new(source, parallel(8, 0)).err().unwrap();
             assert!(err.message().contains("parallel_fetches is 0"), "{err:?}");
+            let err = CachedIds::new(source, parallel(8, 65)).err().unwrap();
+            assert!(err.message().contains("1 to 64"), "{err:?}");
         });
     }
 
