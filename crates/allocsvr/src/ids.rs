@@ -281,18 +281,8 @@ impl IdServer {
         while out.len() < want {
             match slot.generator.next_run(now, slot.high_water, (want - out.len()) as u64) {
                 Ok(NextRun::Issue(run)) => {
-                    let end = run.first_sequence + run.len;
-                    if packer.takes_random() {
-                        out.extend(
-                            (run.first_sequence..end)
-                                .map(|sequence| packer.pack(run.time, sequence, random_u64())),
-                        );
-                    } else {
-                        out.extend(
-                            (run.first_sequence..end)
-                                .map(|sequence| packer.pack(run.time, sequence, 0)),
-                        );
-                    }
+                    let random = || if packer.takes_random() { random_u64() } else { 0 };
+                    out.extend(run.stamps().map(|s| packer.pack(s.time, s.sequence, random())));
                 }
                 Ok(NextRun::WaitUntil(unit)) => {
                     step = Some(Step::Wait { unit });

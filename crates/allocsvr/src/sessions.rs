@@ -371,8 +371,7 @@ impl IdServer {
         while out.len() < want {
             match slot.generator.next_run(now, slot.high_water, (want - out.len()) as u64) {
                 Ok(NextRun::Issue(run)) => {
-                    let end = run.first_sequence + run.len;
-                    out.extend((run.first_sequence..end).map(|seq| packer.pack(run.time, seq, 0)));
+                    out.extend(run.stamps().map(|s| packer.pack(s.time, s.sequence, 0)));
                 }
                 Ok(NextRun::WaitUntil(unit)) => {
                     step = Some(SessionStep::Wait { unit });

@@ -915,29 +915,36 @@ fn straggler_grace(first: Duration) -> Duration {
     (first * 4).max(Duration::from_millis(100))
 }
 
+/// The answers of one worker id in one refill, merged: what [`CacheState::accept`] checks.
+struct Merged {
+    /// Calls whose answers it holds.
+    calls: u64,
+    /// Ids those calls asked for.
+    asked: u32,
+    ids: Ids,
+}
+
 /// One refill's answers as the answers to check and buffer, lowest first id first: the answers
-/// of one worker id merged into one, its ids sorted, with the number of calls and ids asked it
-/// stands for. A merged answer mixing widths, or holding an id twice, fails the checks of
-/// [`CacheState::accept`] like any answer that could repeat an id.
-fn merge_by_worker(answers: Vec<(u32, Ids)>) -> Vec<(u64, (u32, Ids))> {
-    let mut merged: Vec<(u64, (u32, Ids))> = Vec::new();
+/// of one worker id merged into one, its ids sorted. A merged answer holding an id twice fails
+/// the checks of [`CacheState::accept`] like any answer that could repeat an id; answers of one
+/// worker id in two widths stay apart, so that `accept` refuses the second.
+fn merge_by_worker(answers: Vec<(u32, Ids)>) -> Vec<Merged> {
+    let mut merged: Vec<Merged> = Vec::new();
     for (count, answer) in answers {
-        let same_width = |ids: &Ids| {
-            ids.worker_id == answer.worker_id
+        let into = merged.iter_mut().find(|m| {
+            m.ids.worker_id == answer.worker_id
                 && matches!(
-                    (&ids.ids, &answer.ids),
+                    (&m.ids.ids, &answer.ids),
                     (IdList::U64(_), IdList::U64(_)) | (IdList::U128(_), IdList::U128(_))
                 )
-        };
-        // Mixed widths of one worker id stay apart, so that `accept` refuses the second.
-        let Some((calls, (asked, into))) = merged.iter_mut().find(|(_, (_, ids))| same_width(ids))
-        else {
-            merged.push((1, (count, answer)));
+        });
+        let Some(into) = into else {
+            merged.push(Merged { calls: 1, asked: count, ids: answer });
             continue;
         };
-        *calls += 1;
-        *asked = asked.saturating_add(count);
-        match (&mut into.ids, answer.ids) {
+        into.calls += 1;
+        into.asked = into.asked.saturating_add(count);
+        match (&mut into.ids.ids, answer.ids) {
             (IdList::U64(a), IdList::U64(b)) => {
                 a.extend(b);
                 a.sort_unstable();
@@ -946,10 +953,10 @@ fn merge_by_worker(answers: Vec<(u32, Ids)>) -> Vec<(u64, (u32, Ids))> {
                 a.extend(b);
                 a.sort_unstable();
             }
-            _ => unreachable!("same_width matched the widths"),
+            _ => unreachable!("only answers of the same width are merged"),
         }
     }
-    merged.sort_by_key(|(_, (_, ids))| ids.ids.first());
+    merged.sort_by_key(|m| m.ids.ids.first());
     merged
 }
 
@@ -1128,31 +1135,27 @@ async fn refill<S: IdSource>(shared: Arc<Shared>, source: S, fetch_deadline: Dur
         let started = Instant::now();
         let mut answers: Vec<(u32, Ids)> = Vec::with_capacity(shared.parts.len());
         let (mut accepted, mut refused, mut failed) = (0, None, None::<Status>);
-        let mut give_up_at: Option<Instant> = None;
+        // Every call ends by its own timeout before this; the first answer brings it forward.
+        let mut give_up_at = started + fetch_deadline + straggler_grace(Duration::ZERO);
         loop {
-            let next =
-                match give_up_at {
-                    Some(at) => match tokio::time::timeout_at(at, fetches.next()).await {
-                        Ok(next) => next,
-                        Err(_) => {
-                            let late = fetches.len() as u64;
-                            tracing::warn!(late, waited_ms = at.duration_since(started).as_millis(),
-                            "the id cache's refill dropped calls that answered too late (their \
-                             ids are a gap)");
-                            let mut state = shared.lock();
-                            state.stats.fetches += late;
-                            state.stats.failed_fetches += late;
-                            break;
-                        }
-                    },
-                    None => fetches.next().await,
-                };
+            let Ok(next) = tokio::time::timeout_at(give_up_at, fetches.next()).await else {
+                let late = fetches.len() as u64;
+                tracing::warn!(
+                    late,
+                    waited_ms = give_up_at.duration_since(started).as_millis(),
+                    "the id cache's refill dropped calls that answered too late (their ids are \
+                     a gap)"
+                );
+                let mut state = shared.lock();
+                state.stats.fetches += late;
+                state.stats.failed_fetches += late;
+                break;
+            };
             let Some((count, fetched)) = next else { break };
             match fetched {
                 Ok(ids) => {
-                    if give_up_at.is_none() {
-                        give_up_at = Some(Instant::now() + straggler_grace(started.elapsed()));
-                    }
+                    let grace = straggler_grace(started.elapsed());
+                    give_up_at = give_up_at.min(Instant::now() + grace);
                     answers.push((count, ids));
                 }
                 Err(status) => {
@@ -1171,9 +1174,9 @@ async fn refill<S: IdSource>(shared: Arc<Shared>, source: S, fetch_deadline: Dur
         drop(fetches);
         {
             let mut state = shared.lock();
-            for (calls, (count, ids)) in merge_by_worker(answers) {
+            for Merged { calls, asked, ids } in merge_by_worker(answers) {
                 state.stats.fetches += calls;
-                match state.accept(&shared.queue, ids, count, shared.capacity) {
+                match state.accept(&shared.queue, ids, asked, shared.capacity) {
                     Ok(()) => accepted += 1,
                     Err(status) => {
                         tracing::warn!(error = %status.message(), "the id cache refused an answer");
