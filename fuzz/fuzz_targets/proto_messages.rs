@@ -3,7 +3,7 @@
 //! (`seqsvr-client`'s `route_table_of`). The first byte picks the message; the rest is its
 //! bytes. Never panics; what decodes re-encodes to bytes that decode equal. Also the text
 //! decoders of gRPC metadata the servers read (`parse_grpc_timeout`, `request_id_of`), and the
-//! 128-bit ids of a `NextIds` answer (`ids128_of`).
+//! 64- and 128-bit ids of a `NextIds` answer (`take_ids64`, `ids128_of`).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -46,12 +46,16 @@ fuzz_target!(|data: &[u8]| {
         20 => round_trip::<pb::GetMaxSeqResponse>(bytes),
         21 => round_trip::<pb::LeasesResponse>(bytes),
         22 => round_trip::<pb::StoreStatusResponse>(bytes),
-        // The ids of a NextIds answer: 128-bit ones are read from either field, whole or refused.
+        // The ids of a NextIds answer: read from either field (64- and 128-bit), whole or refused.
         23 => {
             round_trip::<pb::NextIdsResponse>(bytes);
             let Ok(r) = pb::NextIdsResponse::decode(bytes) else { return };
             if let Ok(ids) = seqsvr_proto::ids128_of(&r) {
                 assert_eq!(ids.len(), seqsvr_proto::ids128_count(&r));
+            }
+            let count64 = seqsvr_proto::ids64_count(&r);
+            if let Ok(ids) = seqsvr_proto::take_ids64(&mut r.clone()) {
+                assert_eq!(ids.len(), count64);
             }
         }
         // gRPC metadata text: a deadline and a request id.

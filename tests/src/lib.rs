@@ -178,6 +178,9 @@ impl IdRecorder {
             scheme: scheme.into(),
             count,
             business,
+            // As the SDK asks (both are read).
+            packed_ids128: true,
+            packed_ids64: true,
             ..Default::default()
         };
         let answer = client.next_ids(request).await;

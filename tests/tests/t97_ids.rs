@@ -76,6 +76,15 @@ async fn every_scheme_is_served_unique_and_ordered_per_worker_id() {
         let ids = seqsvr_proto::ids128_of(&r).expect("16 bytes each");
         assert!(ids.windows(2).all(|w| w[0] < w[1]), "increasing: {ids:x?}");
     }
+    // So do 64-bit ids (8 bytes each), else a varint each (SDKs from before `packed_ids64`).
+    for packed in [false, true] {
+        let request = pb::NextIdsRequest { packed_ids64: packed, ..ask("snowflake", 3, 0) };
+        let mut r = channel.next_ids(request).await.expect("snowflake").into_inner();
+        let fields = (r.ids.len(), r.ids64_packed.len());
+        assert_eq!(fields, if packed { (0, 24) } else { (3, 0) }, "packed: {packed}");
+        let ids = seqsvr_proto::take_ids64(&mut r).expect("8 bytes each");
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "increasing: {ids:x?}");
+    }
 
     // Decode, by the AllocSvr, agrees with the answer.
     let (worker, ids) = rec.next_ids(&a, "snowflake", 1, 0).await.expect("snowflake");
@@ -200,6 +209,7 @@ async fn rongcloud_sessions_are_served_by_their_sections_owner() {
         session_id: session_id.into(),
         session_hash,
         packed_ids128: true,
+        packed_ids64: false,
     };
     let uid0 = config.session_uid(sessions[0].key().expect("fits"));
     let mut owner = None;

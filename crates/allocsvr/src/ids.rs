@@ -573,7 +573,7 @@ impl pb::id_service_server::IdService for IdServer {
         self.shared.metrics.ids_issued.increment(out.len() as u64);
         let mut response = pb::NextIdsResponse { worker_id, ..Default::default() };
         if layout.scheme().id_bits() <= 64 {
-            response.ids = out.into_iter().map(|id| id as u64).collect();
+            seqsvr_proto::put_ids64(&mut response, out.iter().map(|&id| id as u64), r.packed_ids64);
         } else {
             seqsvr_proto::put_ids128(&mut response, &out, r.packed_ids128);
         }

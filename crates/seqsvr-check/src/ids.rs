@@ -150,7 +150,8 @@ pub enum IdOutcome {
 }
 
 impl IdOutcome {
-    /// Reads an answer of a `scheme` call: the 64-bit schemes answer in `ids`, `uuidv7` and
+    /// Reads an answer of a `scheme` call: the 64-bit schemes answer in `ids64_packed` or `ids`
+    /// (8 big-endian bytes each, or a varint each), `uuidv7` and
     /// `rongcloud` in `ids128_packed` or `ids128` (16 bytes each, big-endian). Anything else is
     /// [`IdOutcome::Malformed`], never a panic: the answer is network input.
     pub fn of_answer(scheme: Scheme, answer: &pb::NextIdsResponse) -> IdOutcome {
@@ -163,14 +164,19 @@ impl IdOutcome {
                         "{scheme} is a 64-bit scheme but the answer has {wide} 128-bit ids"
                     ));
                 }
-                let ids = answer.ids.iter().map(|&id| u128::from(id)).collect();
-                IdOutcome::Ok { worker_id: answer.worker_id, ids }
+                match seqsvr_proto::take_ids64(&mut answer.clone()) {
+                    Ok(ids) => IdOutcome::Ok {
+                        worker_id: answer.worker_id,
+                        ids: ids.into_iter().map(u128::from).collect(),
+                    },
+                    Err(why) => malformed(why),
+                }
             }
             80 | 128 => {
-                if !answer.ids.is_empty() {
+                let narrow = seqsvr_proto::ids64_count(answer);
+                if narrow != 0 {
                     return malformed(format!(
-                        "{scheme} ids are wider than 64 bits but the answer has {} 64-bit ids",
-                        answer.ids.len()
+                        "{scheme} ids are wider than 64 bits but the answer has {narrow} 64-bit ids"
                     ));
                 }
                 match seqsvr_proto::ids128_of(answer) {
@@ -994,6 +1000,20 @@ mod tests {
             IdOutcome::of_answer(Scheme::UuidV7, &answer),
             IdOutcome::Ok { worker_id: 1, ids: vec![7u128 << 76] }
         );
+        // 64-bit ids packed 8 bytes each: read back; a short buffer, or packed 64-bit ids for a
+        // 128-bit scheme, is malformed.
+        let mut answer = pb::NextIdsResponse { worker_id: 1, ..Default::default() };
+        seqsvr_proto::put_ids64(&mut answer, [5u64, 6].into_iter(), true);
+        assert_eq!(
+            IdOutcome::of_answer(SF, &answer),
+            IdOutcome::Ok { worker_id: 1, ids: vec![5, 6] }
+        );
+        assert!(matches!(
+            IdOutcome::of_answer(Scheme::UuidV7, &answer),
+            IdOutcome::Malformed { .. }
+        ));
+        answer.ids64_packed.pop();
+        assert!(matches!(IdOutcome::of_answer(SF, &answer), IdOutcome::Malformed { .. }));
         let m = IdCall {
             outcome: IdOutcome::Malformed { reason: "ids128[0] has 15 bytes".into() },
             ..ok(SF, 3, 0, 1, vec![])

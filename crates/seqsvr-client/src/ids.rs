@@ -159,10 +159,10 @@ fn describe(status: &Status) -> String {
 /// Checks a `NextIds` answer against what was asked and what the service promises: `count`
 /// ids, all of one width, strictly increasing. Anything else is a server bug (INTERNAL), never
 /// handed on: a repeated or reordered id could be handed out twice.
-fn ids_of(addr: &str, r: pb::NextIdsResponse, count: u32) -> Result<Ids, Status> {
+fn ids_of(addr: &str, mut r: pb::NextIdsResponse, count: u32) -> Result<Ids, Status> {
     let bad = |why: String| Status::internal(format!("{addr} answered NextIds wrongly: {why}"));
-    let ids = match (r.ids.is_empty(), seqsvr_proto::ids128_count(&r) == 0) {
-        (false, true) => IdList::U64(r.ids),
+    let ids = match (seqsvr_proto::ids64_count(&r) == 0, seqsvr_proto::ids128_count(&r) == 0) {
+        (false, true) => IdList::U64(seqsvr_proto::take_ids64(&mut r).map_err(bad)?),
         (true, false) => IdList::U128(seqsvr_proto::ids128_of(&r).map_err(bad)?),
         (true, true) => return Err(bad(format!("no ids for a count of {count}"))),
         (false, false) => return Err(bad("both 64-bit and 128-bit ids".into())),
@@ -409,6 +409,7 @@ impl IdClient {
                 count,
                 business,
                 packed_ids128: true,
+                packed_ids64: true,
                 ..Default::default()
             });
             request.set_timeout(timeout);
@@ -448,6 +449,7 @@ impl IdClient {
             session_id,
             session_hash,
             packed_ids128: true,
+            packed_ids64: false,
         };
         let until = Instant::now() + deadline;
         let mut backoff = RetryPolicy::STANDARD.backoff();
@@ -1362,6 +1364,8 @@ mod tests {
         calls: AtomicU64,
         /// Calls that asked for 128-bit ids packed in one buffer.
         packed_asked: AtomicU64,
+        /// Calls that asked for 64-bit ids packed in one buffer (answered so when not scripted).
+        packed64_asked: AtomicU64,
     }
 
     impl Fake {
@@ -1374,6 +1378,7 @@ mod tests {
                 table: Mutex::new(None),
                 calls: AtomicU64::new(0),
                 packed_asked: AtomicU64::new(0),
+                packed64_asked: AtomicU64::new(0),
             })
         }
 
@@ -1401,20 +1406,21 @@ mod tests {
             if request.get_ref().packed_ids128 {
                 fake.packed_asked.fetch_add(1, Ordering::SeqCst);
             }
+            if request.get_ref().packed_ids64 {
+                fake.packed64_asked.fetch_add(1, Ordering::SeqCst);
+            }
             if let Some(scripted) = fake.script.lock().unwrap().pop_front() {
                 return scripted.map(tonic::Response::new);
             }
             if let Some(status) = fake.always.lock().unwrap().clone() {
                 return Err(status);
             }
-            let count = u64::from(request.into_inner().count);
+            let request = request.into_inner();
+            let count = u64::from(request.count);
             let start = fake.next.fetch_add(count, Ordering::SeqCst);
-            let ids = (start..start + count).collect();
-            Ok(tonic::Response::new(pb::NextIdsResponse {
-                ids,
-                worker_id: fake.worker,
-                ..Default::default()
-            }))
+            let mut answer = pb::NextIdsResponse { worker_id: fake.worker, ..Default::default() };
+            seqsvr_proto::put_ids64(&mut answer, start..start + count, request.packed_ids64);
+            Ok(tonic::Response::new(answer))
         }
 
         async fn decode(
@@ -1642,6 +1648,9 @@ mod tests {
         let packed = |ids128_packed: Vec<u8>| {
             Ok(pb::NextIdsResponse { ids128_packed, worker_id: 1, ..Default::default() })
         };
+        let packed64 = |ids64_packed: Vec<u8>| {
+            Ok(pb::NextIdsResponse { ids64_packed, worker_id: 1, ..Default::default() })
+        };
         let bad = [
             answer(vec![1, 2], vec![]),
             answer(vec![1, 3, 3], vec![]),
@@ -1652,6 +1661,20 @@ mod tests {
             packed(vec![0; 47]),
             packed((1u128..=3).flat_map(|id| id.to_be_bytes()).take(32).collect()),
             packed([3u128, 2, 1].iter().flat_map(|id| id.to_be_bytes()).collect()),
+            packed64(vec![0; 23]),
+            packed64([1u64, 2].iter().flat_map(|id| id.to_be_bytes()).collect()),
+            packed64([1u64, 3, 3].iter().flat_map(|id| id.to_be_bytes()).collect()),
+            packed64([3u64, 2, 1].iter().flat_map(|id| id.to_be_bytes()).collect()),
+            Ok(pb::NextIdsResponse {
+                ids: vec![1, 2, 3],
+                ids64_packed: [4u64, 5, 6].iter().flat_map(|id| id.to_be_bytes()).collect(),
+                ..Default::default()
+            }),
+            Ok(pb::NextIdsResponse {
+                ids64_packed: [1u64, 2, 3].iter().flat_map(|id| id.to_be_bytes()).collect(),
+                ids128_packed: vec![0; 48],
+                ..Default::default()
+            }),
         ];
         for scripted in bad {
             let fake = Fake::new(1);
@@ -1680,6 +1703,27 @@ mod tests {
             assert_eq!(fake.packed_asked.load(Ordering::SeqCst), 1, "the SDK asks for packed ids");
             assert_eq!(ids, Ids { ids: IdList::U128(vec![x, y]), worker_id: 9 }, "{packed}");
             assert_eq!(ids.ids.iter().collect::<Vec<_>>(), [Id::U128(x), Id::U128(y)]);
+        }
+    }
+
+    /// 64-bit ids come as 8 big-endian bytes each in one buffer, or as one varint each from an
+    /// AllocSvr that predates `packed_ids64`.
+    #[tokio::test]
+    async fn ids64_are_read_big_endian_from_either_field() {
+        let (x, y) = (0x0102_0304_0506_0708_u64, u64::MAX - 1);
+        for packed in [false, true] {
+            let fake = Fake::new(9);
+            let mut answer = pb::NextIdsResponse { worker_id: 9, ..Default::default() };
+            seqsvr_proto::put_ids64(&mut answer, [x, y].into_iter(), packed);
+            fake.script.lock().unwrap().push_back(Ok(answer));
+            let client = IdClient::new(&[serve(fake.clone()).await]).unwrap();
+            let ids = client.next_ids("orders", 2, 0, 2 * SECOND).await.unwrap();
+            assert_eq!(
+                fake.packed64_asked.load(Ordering::SeqCst),
+                1,
+                "the SDK asks for packed ids"
+            );
+            assert_eq!(ids, Ids { ids: IdList::U64(vec![x, y]), worker_id: 9 }, "{packed}");
         }
     }
 

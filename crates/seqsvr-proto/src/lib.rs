@@ -90,6 +90,58 @@ pub fn parse_grpc_timeout(text: &str) -> Option<std::time::Duration> {
     })
 }
 
+/// Puts the ids of a `NextIds` answer of a 64-bit scheme where the request asked for them:
+/// `ids64_packed` (one buffer, 8 big-endian bytes per id) when it set `packed_ids64`, else `ids`
+/// (a varint per id, what older SDKs read).
+pub fn put_ids64(response: &mut v1::NextIdsResponse, ids: impl Iterator<Item = u64>, packed: bool) {
+    if packed {
+        let mut buf = Vec::with_capacity(ids.size_hint().0 * 8);
+        for id in ids {
+            buf.extend_from_slice(&id.to_be_bytes());
+        }
+        response.ids64_packed = buf;
+    } else {
+        response.ids = ids.collect();
+    }
+}
+
+/// The ids of a `NextIds` answer of a 64-bit scheme, from whichever of `ids` and
+/// `ids64_packed` holds them (an AllocSvr that predates `packed_ids64` fills `ids` whatever was
+/// asked; `ids` is moved out of `response`). Err(why) for anything that is not whole 8-byte ids in
+/// one of the two fields: the answer is network input.
+pub fn take_ids64(response: &mut v1::NextIdsResponse) -> Result<Vec<u64>, String> {
+    match (response.ids.is_empty(), response.ids64_packed.is_empty()) {
+        (_, true) => Ok(std::mem::take(&mut response.ids)),
+        (true, false) => unpack("ids64_packed", &response.ids64_packed, u64::from_be_bytes),
+        (false, false) => Err("both ids and ids64_packed hold ids".into()),
+    }
+}
+
+/// The ids of a packed field (`field`, for the message): whole `N`-byte big-endian ids.
+fn unpack<const N: usize, T>(
+    field: &str,
+    packed: &[u8],
+    from_be_bytes: fn([u8; N]) -> T,
+) -> Result<Vec<T>, String> {
+    if !packed.len().is_multiple_of(N) {
+        return Err(format!("{field} has {} bytes, not a multiple of {N}", packed.len()));
+    }
+    Ok(packed
+        .chunks_exact(N)
+        .map(|raw| {
+            let mut id = [0u8; N];
+            id.copy_from_slice(raw);
+            from_be_bytes(id)
+        })
+        .collect())
+}
+
+/// How many 64-bit ids an answer holds, in either field, without reading them: a packed buffer
+/// that is not whole ids still counts (rounded up), as [`ids128_count`] does.
+pub fn ids64_count(response: &v1::NextIdsResponse) -> usize {
+    response.ids.len() + response.ids64_packed.len().div_ceil(8)
+}
+
 /// Puts the ids of a `NextIds` answer wider than 64 bits (uuidv7, rongcloud) where the request
 /// asked for them: `ids128_packed` (one buffer, 16 big-endian bytes per id) when it set
 /// `packed_ids128`, else `ids128` (one 16-byte field per id, what older SDKs read).
@@ -121,23 +173,7 @@ pub fn ids128_of(response: &v1::NextIdsResponse) -> Result<Vec<u128>, String> {
                     .map_err(|_| format!("ids128[{pos}] has {} bytes, not 16", bytes.len()))
             })
             .collect(),
-        (true, false) => {
-            let packed = &response.ids128_packed;
-            if !packed.len().is_multiple_of(16) {
-                return Err(format!(
-                    "ids128_packed has {} bytes, not a multiple of 16",
-                    packed.len()
-                ));
-            }
-            Ok(packed
-                .chunks_exact(16)
-                .map(|raw| {
-                    let mut id = [0u8; 16];
-                    id.copy_from_slice(raw);
-                    u128::from_be_bytes(id)
-                })
-                .collect())
-        }
+        (true, false) => unpack("ids128_packed", &response.ids128_packed, u128::from_be_bytes),
         (false, false) => Err("both ids128 and ids128_packed hold ids".into()),
     }
 }
@@ -169,6 +205,40 @@ mod tests {
         let mut r = v1::NextIdsResponse::default();
         put_ids128(&mut r, &[0x0102], true);
         assert_eq!(r.ids128_packed[14..], [1, 2]);
+    }
+
+    #[test]
+    fn ids64_read_back_from_either_field() {
+        let ids = [1u64, 7 << 60, u64::MAX];
+        for packed in [false, true] {
+            let mut r = v1::NextIdsResponse::default();
+            put_ids64(&mut r, ids.iter().copied(), packed);
+            assert_eq!(r.ids.is_empty(), packed);
+            assert_eq!(r.ids64_packed.is_empty(), !packed);
+            assert_eq!(ids64_count(&r), 3);
+            assert_eq!(ids128_count(&r), 0);
+            assert_eq!(take_ids64(&mut r).unwrap(), ids);
+        }
+        // Big-endian, as the 128-bit ids.
+        let mut r = v1::NextIdsResponse::default();
+        put_ids64(&mut r, [0x0102].into_iter(), true);
+        assert_eq!(r.ids64_packed, [0, 0, 0, 0, 0, 0, 1, 2]);
+        // An empty answer reads as no ids (the caller refuses it for a count it asked).
+        assert_eq!(take_ids64(&mut v1::NextIdsResponse::default()).unwrap(), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn malformed_ids64_are_errors() {
+        let mut r = v1::NextIdsResponse { ids64_packed: vec![0; 17], ..Default::default() };
+        assert_eq!(
+            take_ids64(&mut r).unwrap_err(),
+            "ids64_packed has 17 bytes, not a multiple of 8"
+        );
+        let short = v1::NextIdsResponse { ids64_packed: vec![0; 7], ..Default::default() };
+        assert_eq!(ids64_count(&short), 1, "a short buffer is not taken for no ids");
+        let mut r =
+            v1::NextIdsResponse { ids: vec![1], ids64_packed: vec![0; 8], ..Default::default() };
+        assert!(take_ids64(&mut r).unwrap_err().contains("both"));
     }
 
     #[test]

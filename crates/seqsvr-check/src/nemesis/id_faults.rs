@@ -191,6 +191,7 @@ impl IdRecorder {
             session_hash: session.filter(|s| s.session_id.is_empty()).map(|s| s.session_hash),
             // As the SDK asks (older AllocSvrs answer in `ids128`: both are read).
             packed_ids128: true,
+            packed_ids64: true,
         });
         request.set_timeout(deadline);
         let invoke_ns = self.now_ns();
@@ -766,7 +767,7 @@ mod tests {
             }
             let worker = if rongcloud { 0 } else { 5 + self.me as u64 };
             let mut answer = pb::NextIdsResponse { worker_id: worker, ..Default::default() };
-            let mut wide = Vec::new();
+            let (mut narrow, mut wide) = (Vec::new(), Vec::new());
             for _ in 0..r.count {
                 *next += 1;
                 let stamp = Stamp { time: 1_000_000 + *next, sequence: 0 };
@@ -776,9 +777,12 @@ mod tests {
                 };
                 let id = layout.encode(&fields).unwrap();
                 match u64::try_from(id) {
-                    Ok(id) if !rongcloud => answer.ids.push(id),
+                    Ok(id) if !rongcloud => narrow.push(id),
                     _ => wide.push(id),
                 }
+            }
+            if !narrow.is_empty() {
+                seqsvr_proto::put_ids64(&mut answer, narrow.into_iter(), r.packed_ids64);
             }
             if !wide.is_empty() {
                 seqsvr_proto::put_ids128(&mut answer, &wide, r.packed_ids128);
