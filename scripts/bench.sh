@@ -23,7 +23,7 @@
 # latency-*.png (with matplotlib) and raw/. Machines here are shared and noisy: read the
 # ratios and medians, not one number.
 # Last (unless --skip-ids), the id benchmark (issue 10; `--ids-only` runs only it, ~15 min):
-# per served scheme, NextIds ×1, NextIds ×1000 and the SDK's cached path from one client
+# per served scheme, NextIds ×1, ×1000 and ×10000 and the SDK's cached path from one client
 # process, against in-process ceilings (a bare Generator loop per layout, the uuid crate's
 # now_v7); then uid-generator again under a bench-only [ids] (max_ahead_ms 59 min). Writes
 # docs/benchmarks/ids.md and ids.json.
@@ -131,6 +131,13 @@ ids_benchmark() {
       for cap in $caps; do
         ids_run "$out/$scheme-cached$cap-$r.json" --mode cached $(cached_args "$cap") --scheme "$scheme" --seconds "$s"
       done
+      # Batches of 10,000 (the 64 callers then keep 640,000 ids in flight): the per-call cost of
+      # the RPC stack, not the layout, bounds ×1000 on 2 cores. Last, since it runs the issued
+      # times up to the borrowing bound, which the next path would start from. uid-generator's
+      # 8,192 per second per worker id cannot issue one such batch within a call's deadline.
+      if [ "$scheme" != uid-generator ]; then
+        ids_run "$out/$scheme-next10000-$r.json" --mode next --count 10000 --scheme "$scheme" --seconds "$s"
+      fi
       ids_run "$out/$scheme-generator-$r.json" --mode generator --scheme "$scheme" --seconds "$s"
       ids_run "$out/$scheme-generator-unbounded-$r.json" --mode generator-unbounded --scheme "$scheme" --seconds "$s"
     done
@@ -220,6 +227,11 @@ PY
     echo "- **Lead**: the time in the last id of each task minus the wall clock at the end of the run (ms;"
     echo "  negative = behind: cached ids were issued before they were handed out), and the most seen in"
     echo "  samples during the run. The bound is \`ids.max_ahead_ms\` (2000 in \`config/cluster.toml\`)."
+    echo "  *ids per s of issued time* divides the ids by the time their timestamps span: the run plus how"
+    echo "  much further ahead of the clock the issued times were at the end than at the first id (never"
+    echo "  less than the run). A run that borrows future time units hands out more than the layout's"
+    echo "  limit for a while; this figure is what the limit bounds, and what the snowflake target is"
+    echo "  judged by."
     echo "- **Layout limits.** snowflake, weibo and uuidv7 count 4,096 ids per ms per worker id (12-bit"
     echo "  sequence / counter), i.e. 4.1 M/s per worker id. uid-generator (13 sequence bits, 1-s units)"
     echo "  counts **8,192 per second per worker id**: beyond that it only borrows future seconds, up to"
