@@ -79,10 +79,10 @@ async fn every_scheme_is_served_unique_and_ordered_per_worker_id() {
     // So do 64-bit ids (8 bytes each), else a varint each (SDKs from before `packed_ids64`).
     for packed in [false, true] {
         let request = pb::NextIdsRequest { packed_ids64: packed, ..ask("snowflake", 3, 0) };
-        let mut r = channel.next_ids(request).await.expect("snowflake").into_inner();
+        let r = channel.next_ids(request).await.expect("snowflake").into_inner();
         let fields = (r.ids.len(), r.ids64_packed.len());
         assert_eq!(fields, if packed { (0, 24) } else { (3, 0) }, "packed: {packed}");
-        let ids = seqsvr_proto::take_ids64(&mut r).expect("8 bytes each");
+        let ids = seqsvr_proto::ids64_of(&r).expect("8 bytes each");
         assert!(ids.windows(2).all(|w| w[0] < w[1]), "increasing: {ids:x?}");
     }
 

@@ -827,8 +827,9 @@ pub fn report(paths: &[PathBuf], json: Option<&PathBuf>) -> anyhow::Result<()> {
     println!("### Targets (issue 10)");
     println!();
     let met = |ok: bool| if ok { "**met**" } else { "**missed**" };
-    // The best served path of a scheme: (label, ids/s, workers, runs).
-    let best = |scheme: &str, mode: Option<IdMode>| {
+    // The best served path of a scheme by the median of `metric`: (label, that median,
+    // workers, runs).
+    let best_by = |scheme: &str, mode: Option<IdMode>, metric: fn(&IdRunResult) -> f64| {
         groups
             .iter()
             .filter(|((s, m, ..), _)| {
@@ -836,10 +837,11 @@ pub fn report(paths: &[PathBuf], json: Option<&PathBuf>) -> anyhow::Result<()> {
             })
             .map(|((_, _, _, _, label), g)| {
                 let workers = g.iter().map(|r| r.worker_ids.len()).max().unwrap_or(0);
-                (label.clone(), med(g), workers, g.clone())
+                (label.clone(), median_of(g, metric), workers, g.clone())
             })
             .max_by(|a, b| a.1.total_cmp(&b.1))
     };
+    let best = |scheme: &str, mode: Option<IdMode>| best_by(scheme, mode, |r| r.ids_per_s);
     for scheme in schemes.iter().filter(|s| {
         runs.iter().any(|r| {
             &r.scheme == *s
@@ -876,15 +878,8 @@ pub fn report(paths: &[PathBuf], json: Option<&PathBuf>) -> anyhow::Result<()> {
     {
         // Judged per second of issued time: a short run that borrows future time units (up to
         // ids.max_ahead_ms) would otherwise exceed the layout's own limit.
-        let best_issued = groups
-            .iter()
-            .filter(|((s, m, ..), _)| s == scheme && *m <= 1)
-            .map(|((_, _, _, _, label), g)| {
-                let workers = g.iter().map(|r| r.worker_ids.len()).max().unwrap_or(0);
-                (label.clone(), median_of(g, |r| r.ids_per_issued_s), med(g), workers, g.clone())
-            })
-            .max_by(|a, b| a.1.total_cmp(&b.1));
-        if let Some((label, v, handed, workers, g)) = best_issued {
+        if let Some((label, v, workers, g)) = best_by(scheme, None, |r| r.ids_per_issued_s) {
+            let handed = med(&g);
             let per = g[0].layout_ids_per_s_per_worker;
             let want = 0.9 * per * workers as f64;
             let next1000 = groups

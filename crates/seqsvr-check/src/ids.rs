@@ -164,7 +164,7 @@ impl IdOutcome {
                         "{scheme} is a 64-bit scheme but the answer has {wide} 128-bit ids"
                     ));
                 }
-                match seqsvr_proto::take_ids64(&mut answer.clone()) {
+                match seqsvr_proto::ids64_of(answer) {
                     Ok(ids) => IdOutcome::Ok {
                         worker_id: answer.worker_id,
                         ids: ids.into_iter().map(u128::from).collect(),

@@ -159,10 +159,10 @@ fn describe(status: &Status) -> String {
 /// Checks a `NextIds` answer against what was asked and what the service promises: `count`
 /// ids, all of one width, strictly increasing. Anything else is a server bug (INTERNAL), never
 /// handed on: a repeated or reordered id could be handed out twice.
-fn ids_of(addr: &str, mut r: pb::NextIdsResponse, count: u32) -> Result<Ids, Status> {
+fn ids_of(addr: &str, r: pb::NextIdsResponse, count: u32) -> Result<Ids, Status> {
     let bad = |why: String| Status::internal(format!("{addr} answered NextIds wrongly: {why}"));
     let ids = match (seqsvr_proto::ids64_count(&r) == 0, seqsvr_proto::ids128_count(&r) == 0) {
-        (false, true) => IdList::U64(seqsvr_proto::take_ids64(&mut r).map_err(bad)?),
+        (false, true) => IdList::U64(seqsvr_proto::ids64_of(&r).map_err(bad)?),
         (true, false) => IdList::U128(seqsvr_proto::ids128_of(&r).map_err(bad)?),
         (true, true) => return Err(bad(format!("no ids for a count of {count}"))),
         (false, false) => return Err(bad("both 64-bit and 128-bit ids".into())),

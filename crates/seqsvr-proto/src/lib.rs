@@ -107,11 +107,11 @@ pub fn put_ids64(response: &mut v1::NextIdsResponse, ids: impl Iterator<Item = u
 
 /// The ids of a `NextIds` answer of a 64-bit scheme, from whichever of `ids` and
 /// `ids64_packed` holds them (an AllocSvr that predates `packed_ids64` fills `ids` whatever was
-/// asked; `ids` is moved out of `response`). Err(why) for anything that is not whole 8-byte ids in
-/// one of the two fields: the answer is network input.
-pub fn take_ids64(response: &mut v1::NextIdsResponse) -> Result<Vec<u64>, String> {
+/// asked). Err(why) for anything that is not whole 8-byte ids in one of the two fields: the
+/// answer is network input.
+pub fn ids64_of(response: &v1::NextIdsResponse) -> Result<Vec<u64>, String> {
     match (response.ids.is_empty(), response.ids64_packed.is_empty()) {
-        (_, true) => Ok(std::mem::take(&mut response.ids)),
+        (_, true) => Ok(response.ids.clone()),
         (true, false) => unpack("ids64_packed", &response.ids64_packed, u64::from_be_bytes),
         (false, false) => Err("both ids and ids64_packed hold ids".into()),
     }
@@ -217,28 +217,25 @@ mod tests {
             assert_eq!(r.ids64_packed.is_empty(), !packed);
             assert_eq!(ids64_count(&r), 3);
             assert_eq!(ids128_count(&r), 0);
-            assert_eq!(take_ids64(&mut r).unwrap(), ids);
+            assert_eq!(ids64_of(&r).unwrap(), ids);
         }
         // Big-endian, as the 128-bit ids.
         let mut r = v1::NextIdsResponse::default();
         put_ids64(&mut r, [0x0102].into_iter(), true);
         assert_eq!(r.ids64_packed, [0, 0, 0, 0, 0, 0, 1, 2]);
         // An empty answer reads as no ids (the caller refuses it for a count it asked).
-        assert_eq!(take_ids64(&mut v1::NextIdsResponse::default()).unwrap(), Vec::<u64>::new());
+        assert_eq!(ids64_of(&v1::NextIdsResponse::default()).unwrap(), Vec::<u64>::new());
     }
 
     #[test]
     fn malformed_ids64_are_errors() {
-        let mut r = v1::NextIdsResponse { ids64_packed: vec![0; 17], ..Default::default() };
-        assert_eq!(
-            take_ids64(&mut r).unwrap_err(),
-            "ids64_packed has 17 bytes, not a multiple of 8"
-        );
+        let r = v1::NextIdsResponse { ids64_packed: vec![0; 17], ..Default::default() };
+        assert_eq!(ids64_of(&r).unwrap_err(), "ids64_packed has 17 bytes, not a multiple of 8");
         let short = v1::NextIdsResponse { ids64_packed: vec![0; 7], ..Default::default() };
         assert_eq!(ids64_count(&short), 1, "a short buffer is not taken for no ids");
-        let mut r =
+        let r =
             v1::NextIdsResponse { ids: vec![1], ids64_packed: vec![0; 8], ..Default::default() };
-        assert!(take_ids64(&mut r).unwrap_err().contains("both"));
+        assert!(ids64_of(&r).unwrap_err().contains("both"));
     }
 
     #[test]
