@@ -71,8 +71,8 @@ build_teeth_bins() {
     cp "$SEQSVR_BIN/storesvr" "$SEQSVR_BIN/allocsvr" "$CARGO_TARGET_DIR/teeth/$teeth/"
   done
   (cd "$SEQSVR_ROOT" && cargo build --release --workspace --bins)
-  # The cluster tests run against a teeth dir make their PKI with its seqctl when the one the
-  # normal run made has aged out (or was never made): the normal seqctl serves every variant.
+  # Runs against a teeth dir make the test PKI with its seqctl when the normal run's has aged
+  # out or was never made; seqctl has no teeth, so the normal one serves every variant.
   for teeth in "$@"; do
     cp "$SEQSVR_BIN/seqctl" "$CARGO_TARGET_DIR/teeth/$teeth/"
   done

@@ -48,11 +48,10 @@ async fn another_allocsvrs_certificate_cannot_release_a_registration() {
     // A lease long enough that the cut-off victim serves on for seconds after the release: the
     // teeth build's overlap (both AllocSvrs serving its sections) is then wide enough to be
     // seen on a loaded machine (with the default 1.5 s it was missed about one run in three).
-    // A step far larger than the calls of one lease: cut off from the store, the victim can
-    // advance no section, so with the default step (1000) its pre-allocated values ran out
-    // within about two seconds on a fast machine; every caller (both loads go round-robin over
-    // its uids) then waited on it until its lease ended, and the fresh client never called
-    // the other AllocSvr in time to learn the new route table (CI missed the overlap so).
+    // And a step far above one lease's calls: the cut-off victim can advance no section, and
+    // with the harness's step (1000) it ran out within about two seconds; every caller then
+    // waited on it, so the fresh client never learned the new route table in time (CI missed
+    // the overlap so).
     let alloc = seqsvr_core::config::AllocTuning {
         lease_ms: 5_000,
         lease_margin_ms: 300,
