@@ -59,21 +59,39 @@ build_release_bins() {
   (cd "$SEQSVR_ROOT" && cargo build --release --workspace --bins)
 }
 
-# Builds the deliberately unsafe "teeth" variants of the servers into
-# $CARGO_TARGET_DIR/teeth/<name>/ (see crates/seqsvr-core/src/teeth.rs), then restores the normal
+# Builds the one deliberately unsafe "teeth" build of the servers (every switch compiled in,
+# `--features seqsvr-core/teeth`; the one that is on is chosen at start-up by SEQSVR_TEETH, see
+# crates/seqsvr-core/src/teeth.rs) into $CARGO_TARGET_DIR/teeth/, then restores the normal
 # binaries. Only our own crates recompile; RocksDB is shared.
 build_teeth_bins() {
-  for teeth in "$@"; do
-    echo ">> building teeth variant: $teeth"
-    (cd "$SEQSVR_ROOT" && cargo build --release -p seqsvr-storesvr -p seqsvr-allocsvr \
-      --features "seqsvr-core/teeth-$teeth")
-    mkdir -p "$CARGO_TARGET_DIR/teeth/$teeth"
-    cp "$SEQSVR_BIN/storesvr" "$SEQSVR_BIN/allocsvr" "$CARGO_TARGET_DIR/teeth/$teeth/"
-  done
+  echo ">> building the teeth build (every switch; one chosen by SEQSVR_TEETH)"
+  (cd "$SEQSVR_ROOT" && cargo build --release -p seqsvr-storesvr -p seqsvr-allocsvr \
+    --features seqsvr-core/teeth)
+  mkdir -p "$CARGO_TARGET_DIR/teeth"
+  cp "$SEQSVR_BIN/storesvr" "$SEQSVR_BIN/allocsvr" "$CARGO_TARGET_DIR/teeth/"
   (cd "$SEQSVR_ROOT" && cargo build --release --workspace --bins)
-  # Runs against a teeth dir make the test PKI with its seqctl when the normal run's has aged
-  # out or was never made; seqctl has no teeth, so the normal one serves every variant.
-  for teeth in "$@"; do
-    cp "$SEQSVR_BIN/seqctl" "$CARGO_TARGET_DIR/teeth/$teeth/"
+  # Runs against the teeth dir make the test PKI with its seqctl when the normal run's has aged
+  # out or was never made; seqctl has no teeth, so the normal one serves.
+  cp "$SEQSVR_BIN/seqctl" "$CARGO_TARGET_DIR/teeth/"
+}
+
+# check_no_teeth_names BINARY...: fails if a binary holds a teeth switch's name or the
+# variables that choose one: release builds must have no switch to turn.
+check_no_teeth_names() {
+  local names bin found=0
+  names=$(sed -n 's/^ *(Tooth::[A-Za-z]*, "\([a-z-]*\)"),$/\1/p' \
+    "$SEQSVR_ROOT/crates/seqsvr-core/src/teeth.rs")
+  if [ "$(echo "$names" | wc -l)" -lt 10 ]; then
+    echo "error: could not read the teeth names from crates/seqsvr-core/src/teeth.rs" >&2
+    return 1
+  fi
+  for bin in "$@"; do
+    for name in $names SEQSVR_TEETH; do
+      if grep -qaF -- "$name" "$bin"; then
+        echo "error: $bin contains the teeth name '$name'" >&2
+        found=1
+      fi
+    done
   done
+  [ $found -eq 0 ] && echo "   no teeth names in: $*"
 }

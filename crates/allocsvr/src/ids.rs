@@ -23,6 +23,7 @@ use crate::lease::{Inner, Shared};
 use seqsvr_core::config::ClusterConfig;
 use seqsvr_core::ids::{AllocId, SetId};
 use seqsvr_core::idscheme::{issued_fields, Layout, NextRun, Scheme, Stamp, UUID_RANDOM_BITS};
+use seqsvr_core::teeth::Tooth;
 use seqsvr_proto::v1 as pb;
 use seqsvr_server::BootInstant;
 use std::collections::{BTreeMap, BTreeSet};
@@ -248,7 +249,7 @@ impl IdServer {
                 "this AllocSvr is shutting down: ask another AllocSvr for ids",
             ));
         }
-        if !seqsvr_core::teeth::NO_ALLOC_LEASE_CHECK && !inner.lease_valid(BootInstant::now()) {
+        if !Tooth::NoAllocLeaseCheck.on() && !inner.lease_valid(BootInstant::now()) {
             return Err(Status::unavailable(
                 "this AllocSvr holds no valid lease, so no worker id: retry, possibly at another \
                  AllocSvr",
@@ -356,7 +357,7 @@ async fn acquire(
     let acquired_at = BootInstant::now();
     let layout = &setup.layout;
     // The first time issued is above every time an earlier holder may have used.
-    let floor = if seqsvr_core::teeth::NO_HIGH_WATER { 0 } else { layout.units_at(high_water_ms) };
+    let floor = if Tooth::NoHighWater.on() { 0 } else { layout.units_at(high_water_ms) };
     let generator = seqsvr_core::idscheme::Generator::new(layout, floor, setup.max_ahead_units)
         .map_err(|e| {
             Status::resource_exhausted(format!("id scheme {name:?}, worker id {worker}: {e}"))

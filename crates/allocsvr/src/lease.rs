@@ -21,6 +21,7 @@ use seqsvr_core::ids::{AllocId, LeaseEpoch, SectionId};
 use seqsvr_core::lease;
 use seqsvr_core::section::SectionRange;
 use seqsvr_core::store::SectionAdvance;
+use seqsvr_core::teeth::Tooth;
 use seqsvr_proto::v1 as pb;
 use seqsvr_server::BootInstant;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -479,7 +480,7 @@ pub async fn hand_back(shared: &Arc<Shared>, within: Duration) {
             "stopped serving: every call is refused from now on"
         );
     };
-    if seqsvr_core::teeth::RELEASE_BEFORE_STOP {
+    if Tooth::ReleaseBeforeStop.on() {
         release().await;
         tokio::time::sleep(Duration::from_millis(shared.config.tuning.lease_ms / 2)).await;
         stop_serving();
@@ -540,7 +541,7 @@ mod tests {
         let mut inner = inner();
         assert!(!inner.lease_valid(at(0)), "no lease before the first grant");
         let slow_answer = lease_end(at(100_000), at(100_800), 5_000, 500);
-        if seqsvr_core::teeth::LEASE_FROM_RECEIVE_TIME {
+        if Tooth::LeaseFromReceiveTime.on() {
             assert_eq!(slow_answer, at(105_300), "the teeth build counts from the arrival");
             return;
         }
@@ -644,7 +645,7 @@ mod tests {
         };
         install_grant(&shared, AllocId(1), at(100_000), at(100_800), reply);
         let mut inner = shared.lock();
-        let until = if seqsvr_core::teeth::LEASE_FROM_RECEIVE_TIME { 105_300 } else { 104_500 };
+        let until = if Tooth::LeaseFromReceiveTime.on() { 105_300 } else { 104_500 };
         assert_eq!(inner.lease_until, Some(at(until)), "send time + lease - margin");
         assert_eq!(inner.route.version, 9);
         assert_eq!(inner.table.next(15), Err(SeqError::Loading(SectionId(1))));

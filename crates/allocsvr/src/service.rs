@@ -8,6 +8,7 @@ use crate::lease::{Inner, Shared};
 use crate::metrics::Rpc;
 use seqsvr_core::alloc::SeqError;
 use seqsvr_core::ids::SectionId;
+use seqsvr_core::teeth::Tooth;
 use seqsvr_proto::v1::{self as pb};
 use seqsvr_server::BootInstant;
 use std::sync::Arc;
@@ -119,7 +120,7 @@ impl SeqServer {
                  AllocSvr the route table names (ask any AllocSvr for it)",
             )));
         }
-        if !seqsvr_core::teeth::NO_ALLOC_LEASE_CHECK && !inner.lease_valid(BootInstant::now()) {
+        if !Tooth::NoAllocLeaseCheck.on() && !inner.lease_valid(BootInstant::now()) {
             return Attempt::Wait(Status::unavailable(
                 "this AllocSvr holds no valid lease (store unreachable, or its registration is \
                  being renewed); retry, possibly at another AllocSvr",
@@ -724,7 +725,7 @@ mod tests {
     async fn no_value_is_served_without_a_valid_lease() {
         let s = serving();
         assert_eq!(s.next(next(15, 3)).await.unwrap().get_ref().seq, 101, "serves with a lease");
-        if seqsvr_core::teeth::NO_ALLOC_LEASE_CHECK {
+        if Tooth::NoAllocLeaseCheck.on() {
             return;
         }
         let now = BootInstant::now().since_boot();
@@ -808,7 +809,7 @@ mod tests {
     /// RESOURCE_EXHAUSTED, and the places come back when the waiting calls end.
     #[tokio::test]
     async fn calls_past_max_waiting_calls_are_refused_at_once() {
-        if seqsvr_core::teeth::NO_ALLOC_LEASE_CHECK {
+        if Tooth::NoAllocLeaseCheck.on() {
             return;
         }
         let s = waiting_server(|c| c.tuning.max_waiting_calls = 2);
@@ -841,7 +842,7 @@ mod tests {
     /// call asking for an hour is answered after the configured 200 ms.
     #[tokio::test]
     async fn a_long_grpc_timeout_is_clamped_to_request_timeout_ms() {
-        if seqsvr_core::teeth::NO_ALLOC_LEASE_CHECK {
+        if Tooth::NoAllocLeaseCheck.on() {
             return;
         }
         let s = waiting_server(|c| c.tuning.request_timeout_ms = 200);
@@ -901,7 +902,7 @@ mod tests {
     /// at once with RESOURCE_EXHAUSTED (load shedding), not queued behind them.
     #[tokio::test]
     async fn calls_past_the_per_connection_limit_are_shed() {
-        if seqsvr_core::teeth::NO_ALLOC_LEASE_CHECK {
+        if Tooth::NoAllocLeaseCheck.on() {
             return;
         }
         let s = waiting_server(|c| c.tuning.request_timeout_ms = 1_000);

@@ -31,6 +31,7 @@ use seqsvr_core::idscheme::{
     session_fields, session_hash_of, session_key, Generator, Layout, NextRun, Stamp,
     SESSION_HASHES, SESSION_TYPES,
 };
+use seqsvr_core::teeth::Tooth;
 use seqsvr_proto::v1 as pb;
 use seqsvr_server::BootInstant;
 use std::collections::{BTreeMap, BTreeSet};
@@ -136,8 +137,7 @@ impl Sessions {
             return Ok(Answered::Ignored);
         }
         let floor_ms = before_ms.max(prior.unwrap_or(0));
-        let floor =
-            if seqsvr_core::teeth::NO_SESSION_FLOOR { 0 } else { layout.units_at(floor_ms) };
+        let floor = if Tooth::NoSessionFloor.on() { 0 } else { layout.units_at(floor_ms) };
         let generator = Generator::new(layout, floor, setup.max_ahead_units)?;
         self.slots.insert(
             key,
@@ -321,7 +321,7 @@ impl IdServer {
                 "this AllocSvr is shutting down: ask the AllocSvr the route table names",
             ));
         }
-        if !seqsvr_core::teeth::NO_ALLOC_LEASE_CHECK && !inner.lease_valid(BootInstant::now()) {
+        if !Tooth::NoAllocLeaseCheck.on() && !inner.lease_valid(BootInstant::now()) {
             return Err(Status::unavailable(
                 "this AllocSvr holds no valid lease (store unreachable, or its registration is \
                  being renewed); retry, possibly at another AllocSvr",

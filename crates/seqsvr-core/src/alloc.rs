@@ -54,7 +54,7 @@
 use crate::ids::{LeaseEpoch, SectionId, Seq};
 use crate::section::{SectionRange, MAX_SEQ_CEILING};
 use crate::store::SectionAdvance;
-use crate::teeth;
+use crate::teeth::Tooth;
 use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,7 +156,7 @@ impl SectionSeqs {
     #[inline]
     fn next_of(&self, index: usize, offset_limit: u32) -> (u64, bool) {
         let off = self.offset(index);
-        if off >= offset_limit && !teeth::NO_REBASE {
+        if off >= offset_limit && !Tooth::NoRebase.on() {
             (self.high_water.saturating_add(1), true)
         } else {
             (self.base.saturating_add(u64::from(off) + 1), false)
@@ -175,10 +175,10 @@ impl SectionSeqs {
     fn set(&mut self, index: usize, value: u64, size: usize, offset_limit: u32) {
         let off = value - self.base;
         assert!(
-            teeth::NO_REBASE || off <= u64::from(offset_limit),
+            Tooth::NoRebase.on() || off <= u64::from(offset_limit),
             "rebase first: offset {off} above the limit {offset_limit}"
         );
-        let off = if teeth::NO_REBASE {
+        let off = if Tooth::NoRebase.on() {
             // The bug the rebase prevents: the offset wraps (a truncating cast for u32::MAX).
             (off % (u64::from(offset_limit) + 1)) as u32
         } else {
@@ -426,7 +426,7 @@ impl AllocTable {
                 _ if r.generation > 0 => r.base, // rebased since: reads as the new base
                 _ => current_of(s, index),
             };
-            let value = if current.saturating_sub(r.base) >= offset_limit && !teeth::NO_REBASE {
+            let value = if current.saturating_sub(r.base) >= offset_limit && !Tooth::NoRebase.on() {
                 r.base = r.high_water;
                 r.generation += 1;
                 r.high_water.saturating_add(1)

@@ -32,6 +32,7 @@ use crate::assign::Owner;
 use crate::ids::{AllocId, LeaseEpoch};
 use crate::section::SectionRange;
 use crate::store::{validate_lease, Command, ControlState, InputError};
+use crate::teeth::Tooth;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -48,7 +49,7 @@ pub struct LeaseConfig {
 impl LeaseConfig {
     /// How long the arbiter waits for a lease granted under this timing to run out.
     pub fn hold_ms(&self) -> u64 {
-        if crate::teeth::NO_LEASE_WAIT {
+        if Tooth::NoLeaseWait.on() {
             return self.lease_ms / 3;
         }
         self.lease_ms.saturating_add(self.margin_ms)
@@ -360,7 +361,7 @@ impl Arbiter {
         for &id in &holding {
             let free = self.expired.contains(&id)
                 || !control.allocs.contains_key(&id)
-                || (crate::teeth::NO_WORKER_WAIT && self.missed_a_third(id, now_ms, control));
+                || (Tooth::NoWorkerWait.on() && self.missed_a_third(id, now_ms, control));
             if free {
                 commands.push(Command::FreeWorkers { alloc: id });
             }

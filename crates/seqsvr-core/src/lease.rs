@@ -15,7 +15,7 @@
 /// `received_ms`, ends: `sent + lease - margin` (a margin of at least the lease gives no lease
 /// at all). `received_ms` is used only by the `teeth-lease-from-receive-time` build.
 pub fn lease_end_ms(sent_ms: u64, received_ms: u64, lease_ms: u64, margin_ms: u64) -> u64 {
-    let start = if crate::teeth::LEASE_FROM_RECEIVE_TIME { received_ms } else { sent_ms };
+    let start = if crate::teeth::Tooth::LeaseFromReceiveTime.on() { received_ms } else { sent_ms };
     start.saturating_add(lease_ms.saturating_sub(margin_ms))
 }
 
@@ -37,7 +37,7 @@ mod tests {
     #[test]
     fn the_lease_runs_from_the_send_time_for_lease_minus_margin() {
         let until = lease_end_ms(100_000, 100_700, 5_000, 500);
-        if crate::teeth::LEASE_FROM_RECEIVE_TIME {
+        if crate::teeth::Tooth::LeaseFromReceiveTime.on() {
             assert_eq!(until, 105_200);
         } else {
             assert_eq!(until, 104_500, "the arrival time does not count");

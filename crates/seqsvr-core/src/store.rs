@@ -22,6 +22,7 @@ use crate::arbiter::LeaseConfig;
 use crate::assign::{Assignment, Owner};
 use crate::ids::{AllocId, LeaseEpoch, RouteVersion, SectionId, Seq};
 use crate::section::{SectionRange, MAX_SEQ_CEILING};
+use crate::teeth::Tooth;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -515,7 +516,7 @@ impl ControlState {
     /// Exact wherever the registration is present: its identity never changes. Absent, the
     /// answer is "unknown" — never "yes", as the registration may not be applied here yet.
     pub fn check_holder(&self, alloc: AllocId, caller: Option<&str>) -> Result<(), HolderRefused> {
-        let Some(caller) = caller.filter(|_| !crate::teeth::NO_HOLDER_CHECK) else {
+        let Some(caller) = caller.filter(|_| !Tooth::NoHolderCheck.on()) else {
             return Ok(());
         };
         let record = self.allocs.get(&alloc).ok_or(HolderRefused::Unknown(alloc))?;
@@ -969,7 +970,7 @@ impl StoreState {
         let owner = self.control.assignment.get(section);
         let ok =
             owner.is_some_and(|o| o.alloc == alloc && o.lease_epoch == lease_epoch && o.settled);
-        if ok || crate::teeth::NO_FENCING {
+        if ok || Tooth::NoFencing.on() {
             return Ok(());
         }
         let owner = match owner {

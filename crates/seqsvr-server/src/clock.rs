@@ -3,9 +3,10 @@
 //! during a suspend: a host suspended past its lease would wake believing the lease still valid.
 //! Like `CLOCK_MONOTONIC`, `CLOCK_BOOTTIME` never jumps with the wall clock (NTP, `date -s`).
 //!
-//! The one place the clock is chosen is [`LEASE_CLOCK`]: the `teeth-lease-on-wall-clock` build
+//! The one place the clock is chosen is [`lease_clock`]: the `lease-on-wall-clock` teeth switch
 //! (`seqsvr_core::teeth`) reads `CLOCK_REALTIME` there instead, to prove the nemesis notices.
 
+use seqsvr_core::teeth::Tooth;
 use std::ops::{Add, Sub};
 use std::time::Duration;
 
@@ -69,21 +70,25 @@ impl Sub<BootInstant> for BootInstant {
     }
 }
 
-/// The clock [`BootInstant`] reads: `CLOCK_BOOTTIME`, except in the deliberately broken
-/// `teeth-lease-on-wall-clock` build, which reads the wall clock (`CLOCK_REALTIME`).
-pub const LEASE_CLOCK: libc::clockid_t = if seqsvr_core::teeth::LEASE_ON_WALL_CLOCK {
-    libc::CLOCK_REALTIME
-} else {
-    libc::CLOCK_BOOTTIME
-};
+/// The clock [`BootInstant`] reads: `CLOCK_BOOTTIME`, except under the deliberately broken
+/// `lease-on-wall-clock` teeth switch, which reads the wall clock (`CLOCK_REALTIME`).
+#[inline]
+pub fn lease_clock() -> libc::clockid_t {
+    if Tooth::LeaseOnWallClock.on() {
+        libc::CLOCK_REALTIME
+    } else {
+        libc::CLOCK_BOOTTIME
+    }
+}
 
-/// Time since boot on `CLOCK_BOOTTIME`, suspends included ([`LEASE_CLOCK`]).
+/// Time since boot on `CLOCK_BOOTTIME`, suspends included ([`lease_clock`]).
 pub fn boottime_now() -> Duration {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec; clock_gettime writes nothing else.
-    let rc = unsafe { libc::clock_gettime(LEASE_CLOCK, &mut ts) };
+    let clock = lease_clock();
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
     // CLOCK_BOOTTIME exists since Linux 2.6.39 and the pointer is valid: it cannot fail.
-    assert_eq!(rc, 0, "clock_gettime({LEASE_CLOCK}) failed: {}", std::io::Error::last_os_error());
+    assert_eq!(rc, 0, "clock_gettime({clock}) failed: {}", std::io::Error::last_os_error());
     assert!(ts.tv_sec >= 0 && (0..1_000_000_000).contains(&ts.tv_nsec), "bad timespec {ts:?}");
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
@@ -109,11 +114,11 @@ mod tests {
 
     #[test]
     fn reads_clock_boottime() {
-        if seqsvr_core::teeth::LEASE_ON_WALL_CLOCK {
-            assert_eq!(LEASE_CLOCK, libc::CLOCK_REALTIME, "the teeth build reads the wall clock");
+        if Tooth::LeaseOnWallClock.on() {
+            assert_eq!(lease_clock(), libc::CLOCK_REALTIME, "the teeth build reads the wall clock");
             return;
         }
-        assert_eq!(LEASE_CLOCK, libc::CLOCK_BOOTTIME);
+        assert_eq!(lease_clock(), libc::CLOCK_BOOTTIME);
         let before = raw(libc::CLOCK_BOOTTIME);
         let now = BootInstant::now();
         let after = raw(libc::CLOCK_BOOTTIME);

@@ -68,14 +68,16 @@ where
     Fut: Future<Output = anyhow::Result<()>>,
 {
     init_tracing(log_format);
-    let teeth_ok = std::env::var("SEQSVR_TEETH_BUILD_OK").is_ok_and(|v| v == "1");
-    if let Err(e) = seqsvr_core::teeth::check_allowed(teeth_ok) {
-        tracing::error!("{e}");
-        return ExitCode::from(2);
-    }
-    if !seqsvr_core::teeth::enabled().is_empty() {
-        tracing::error!(teeth = ?seqsvr_core::teeth::enabled(),
-            "UNSAFE TEETH BUILD: it breaks the promise on purpose");
+    match seqsvr_core::teeth::check_allowed() {
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::from(2);
+        }
+        Ok(Some(active)) => tracing::error!(
+            teeth = active,
+            "UNSAFE TEETH BUILD: it breaks the promise on purpose when SEQSVR_TEETH names a switch"
+        ),
+        Ok(None) => {}
     }
     let config = match config() {
         Ok(c) => c,

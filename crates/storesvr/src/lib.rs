@@ -25,6 +25,7 @@ pub mod transport;
 use anyhow::Context;
 use config::{InitialClusterState, NodeConfig};
 use seqsvr_core::ids::NodeId;
+use seqsvr_core::teeth::Tooth;
 use seqsvr_proto::v1::raft_transport_server::RaftTransportServer;
 use seqsvr_proto::v1::store_admin_server::StoreAdminServer;
 use seqsvr_proto::v1::store_service_server::StoreServiceServer;
@@ -41,7 +42,7 @@ use tokio::sync::{oneshot, watch};
 pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let identity = Identity { set_id: config.set_id, node_id: config.node_id };
     let fresh = NodeStorage::is_fresh(&config.data_dir)?;
-    let bootstrap = if seqsvr_core::teeth::BOOTSTRAP_EMPTY_VOTER
+    let bootstrap = if Tooth::BootstrapEmptyVoter.on()
         || config.initial_cluster_state == InitialClusterState::New
     {
         Bootstrap::NewSet(config.members.clone())

@@ -30,6 +30,7 @@ use raft::{GetEntriesContext, RaftState, StorageError};
 use rocksdb::{Direction, IteratorMode, Options, ReadOptions, WriteBatch, WriteOptions, DB};
 use seqsvr_core::ids::{NodeId, SectionId, SetId};
 use seqsvr_core::store::{ControlState, StoreState};
+use seqsvr_core::teeth::Tooth;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -510,7 +511,7 @@ impl NodeStorage {
             );
             batch.put(section_key(section), max_seq.to_be_bytes());
         }
-        if applied.control_changed && !seqsvr_core::teeth::NO_CONTROL_PERSIST {
+        if applied.control_changed && !Tooth::NoControlPersist.on() {
             batch.put(KEY_CONTROL, self.state.control().encode());
         }
         if let Some(cs) = &applied.conf_state {

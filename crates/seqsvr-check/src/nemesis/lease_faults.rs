@@ -2,13 +2,18 @@
 //! wrong: `clock-jump` (its wall clock goes back while it is cut off from the store) and
 //! `delay-alloc-replies` (the store's answers reach it late, then it is cut off).
 //!
-//! Both end the same way, in [`stale_owner_probe`]: once the store has handed one of the cut-off
-//! AllocSvr's sections to another AllocSvr and that one served a uid of it, the fault asks the
-//! cut-off AllocSvr for the same uid directly, as a client with a stale route table would. An
-//! AllocSvr whose lease ran out refuses; one that still believes its lease answers with a value
-//! from its old range, below the heir's, and the history shows the real-time violation. The
-//! uid is one no load client uses (the last of its section), touched at the target first, so
-//! the target has `max_seq` room for it and needs no advance to answer.
+//! Both end the same way, in [`stale_owner_probe`]: as soon as the store is seen to have settled
+//! one of the cut-off AllocSvr's sections at another AllocSvr, the fault asks the cut-off
+//! AllocSvr for a uid of it directly, as a client with a stale route table would. The store
+//! settles a section elsewhere only once the old owner's lease must be over (`lease + margin`
+//! after its last grant, DESIGN.md I3), so from then on the heir may serve it at any moment: an
+//! AllocSvr whose lease ran out refuses; one that still believes its lease answers (a value from
+//! its old range, below the heir's), and that answer alone breaks I3. The probe goes out at once
+//! rather than after the heir served, so the window a broken lease leaves open (about a second
+//! for `delay-alloc-replies`) needs only one poll of the store and one call to be seen, however
+//! long the heir takes to ask for its grant. Then the heir must serve the uid too (the hand-over
+//! is real). The uid is one no load client uses (the last of its section), touched at the
+//! target first, so the target has `max_seq` room for it and needs no advance to answer.
 
 use super::Ctx;
 use crate::cluster::{wait_until, Cluster, ProcKey};
@@ -135,9 +140,10 @@ async fn pick_section(
     Ok((me.alloc_id, SectionId(run.section_begin)))
 }
 
-/// Once the store has settled `target`'s section at another AllocSvr and that one served the
-/// uid, asks `target` for the uid directly (see the module doc). `Err`: it could not be put to
-/// the test (no hand-over, the heir never served). `cut` is when `t` was cut off (for the log).
+/// Once the store has settled `target`'s section at another AllocSvr, asks `target` for the uid
+/// directly at once, then has the heir serve it (see the module doc). `Err`: it could not be
+/// put to the test (no hand-over, the heir never served). `cut` is when `t` was cut off (for
+/// the log).
 async fn stale_owner_probe(
     cluster: &Cluster,
     t: &Target,
@@ -159,21 +165,23 @@ async fn stale_owner_probe(
             Some((heir.alloc_id, heir.addr.clone(), l.route_version))
         })
         .await?;
+    // Settled elsewhere: the cut-off AllocSvr's lease must be over by now.
+    let after_ms = cut.elapsed().as_millis();
+    let stale = next_at(ctx, set, &t.addr, t.uid, 0, Duration::from_millis(500)).await;
     // The store's route version tells the heir (if it has not heard yet) to ask for its grant.
     let served = wait_until("the heir to serve the probe uid", limit, || async {
         next_at(ctx, set, &heir_addr, t.uid, route_version, Duration::from_secs(1)).await.ok()
     })
     .await?;
-    let after_ms = cut.elapsed().as_millis();
-    match next_at(ctx, set, &t.addr, t.uid, 0, Duration::from_millis(500)).await {
+    match stale {
         Ok(v) => ctx.flag(format!(
-            "(CUT-OFF ALLOCSVR SERVED uid {} = {v} after alloc {heir} served {served}, \
-             {after_ms} ms after the cut) ",
+            "(CUT-OFF ALLOCSVR SERVED uid {} = {v} after the store settled its section at alloc \
+             {heir}, {after_ms} ms after the cut (I3); the heir then served {served}) ",
             t.uid
         )),
         Err(s) => ctx.say(format!(
-            "(alloc {heir} took section {} over; the cut-off one refused {after_ms} ms after \
-             the cut: {:?}) ",
+            "(alloc {heir} took section {} over and served {served}; the cut-off one refused \
+             {after_ms} ms after the cut: {:?}) ",
             t.section,
             s.code()
         )),

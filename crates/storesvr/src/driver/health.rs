@@ -5,6 +5,7 @@ use super::api::{NodeStatus, RequestError, Role, Serving};
 use super::Driver;
 use raft::StateRole;
 use seqsvr_core::ids::NodeId;
+use seqsvr_core::teeth::Tooth;
 use std::time::Instant;
 
 impl Driver {
@@ -20,7 +21,7 @@ impl Driver {
             return Err(RequestError::NotLeader { leader: self.leader_hint() });
         }
         let (heard, voters) = self.voters_heard();
-        if heard <= voters / 2 && !seqsvr_core::teeth::NO_QUORUM_CHECK {
+        if heard <= voters / 2 && !Tooth::NoQuorumCheck.on() {
             return Err(RequestError::NoQuorum { heard, voters });
         }
         if pending >= pending_max {

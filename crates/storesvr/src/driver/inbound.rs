@@ -4,6 +4,7 @@
 
 use super::Driver;
 use raft::eraftpb::{Message, MessageType};
+use seqsvr_core::teeth::Tooth;
 use std::time::Instant;
 
 impl Driver {
@@ -99,7 +100,7 @@ impl Driver {
     /// lacking entries it had acknowledged. It votes again once a leader caught it up.
     fn only_bootstrapped_and_behind(&self, m: &Message) -> bool {
         let log = &self.node.raft.raft_log;
-        !seqsvr_core::teeth::BOOTSTRAP_EMPTY_VOTER
+        !Tooth::BootstrapEmptyVoter.on()
             && holds_only_bootstrap_and_candidate_is_past_it(log.last_index(), log.last_term(), m)
     }
 }

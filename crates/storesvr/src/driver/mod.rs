@@ -61,6 +61,7 @@ use replies::{PendingRead, ProposalReply, ReadKind};
 use seqsvr_core::arbiter::Arbiter;
 use seqsvr_core::ids::AllocId;
 use seqsvr_core::store::{Command, HolderRefused};
+use seqsvr_core::teeth::Tooth;
 use seqsvr_server::BootInstant;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -550,7 +551,7 @@ impl Driver {
         }
         let kind = match kind {
             ReadKind::Heartbeat { alloc, route_version, identity, reply }
-                if seqsvr_core::teeth::NO_READINDEX_BEFORE_GRANT =>
+                if Tooth::NoReadindexBeforeGrant.on() =>
             {
                 let _ = reply.send(self.grant(alloc, route_version, identity.as_deref()));
                 return;

@@ -16,6 +16,7 @@ use super::api::RequestError;
 use super::Driver;
 use raft::eraftpb::{EntryType, Message, MessageType};
 use seqsvr_core::store::Command;
+use seqsvr_core::teeth::Tooth;
 use std::time::Instant;
 
 impl Driver {
@@ -26,7 +27,7 @@ impl Driver {
 
     /// Whether the set's version covers commands that need `version`: every member applies them.
     pub(super) fn commands_cover(&self, version: u32) -> bool {
-        seqsvr_core::teeth::NO_COMMANDS_GATE || self.set_commands_version() >= version
+        Tooth::NoCommandsGate.on() || self.set_commands_version() >= version
     }
 
     /// `Ok` if the set's version covers `version`; else the retryable refusal for `what`.
@@ -68,7 +69,7 @@ impl Driver {
         if self.set_commands_version() >= ours {
             return None;
         }
-        if seqsvr_core::teeth::NO_COMMANDS_GATE {
+        if Tooth::NoCommandsGate.on() {
             return Some(Command::RaiseCommandsVersion { version: ours });
         }
         // A member being added is not in the applied configuration yet: wait until it is, and
