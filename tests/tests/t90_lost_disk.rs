@@ -4,7 +4,7 @@
 //! and never votes: until the third member returns, reads fail; afterwards the raise reads back,
 //! and the wiped member rejoins as a learner, catches up and is promoted.
 //!
-//! `scripts/test.sh` runs the same scenario against the `teeth-bootstrap-empty-voter` build
+//! `scripts/test.sh` runs the same scenario against the `SEQSVR_TEETH=bootstrap-empty-voter` build
 //! (`seqcheck lost-disk`, which must report the violation there).
 
 use seqsvr_cluster_tests::lost_disk::{self, LostDiskConfig, RAISED};

@@ -2,7 +2,7 @@
 //! with lease epochs, route version) survives its restart. Every store member is killed and
 //! restarted; the new leader's control state must be the one applied before, or newer: lease
 //! epochs and the route version never go back (I4; clients refuse an older route table).
-//! The `teeth-no-control-persist` build (applied control changes not written) must fail here.
+//! The `SEQSVR_TEETH=no-control-persist` build (applied control changes not written) must fail here.
 
 use seqsvr_cluster_tests::{wait_for, Cluster, ClusterOptions};
 use seqsvr_core::ids::SetId;

@@ -6,7 +6,7 @@
 //! `fresh` calls those and the second one's. The first AllocSvr is cut off from the store just
 //! before (it serves on until its lease ends, as it may: the store waits `lease + margin`
 //! before it moves a silent AllocSvr's sections). The normal build refuses the release
-//! (`PERMISSION_DENIED`) and values never go back. With `teeth-no-holder-check` the release
+//! (`PERMISSION_DENIED`) and values never go back. With `SEQSVR_TEETH=no-holder-check` the release
 //! applies, the second AllocSvr serves the sections from the persisted `max_seq` at once while
 //! the first still serves its pre-allocated values below it: I1 is violated.
 

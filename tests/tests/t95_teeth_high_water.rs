@@ -3,7 +3,7 @@
 //! snowflake ids for a few seconds, is killed (kill -9), and once the store freed its worker id
 //! it is restarted with its wall clock set back (libfaketime) into the time it already used,
 //! and leases the same worker id. The normal build starts above the persisted mark (waiting for
-//! the clock to come near it): no id twice. With `teeth-no-high-water` it starts from its clock
+//! the clock to come near it): no id twice. With `SEQSVR_TEETH=no-high-water` it starts from its clock
 //! and reissues ids of the first run: G1 is violated.
 
 use seqsvr_cluster_tests::{wait_for, Cluster, ClusterOptions, IdRecorder, ProcKey};

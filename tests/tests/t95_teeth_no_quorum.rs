@@ -1,7 +1,7 @@
 //! t95 (quorum check): a store leader cut off from the other members stops taking proposals
 //! once it has not heard from a quorum for an election timeout, before raft-rs makes it step
 //! down: it answers UNAVAILABLE "no quorum" (nothing proposed), and an advance it refused never
-//! applies later. Without that check (`teeth-no-quorum-check`) the lone leader appends every
+//! applies later. Without that check (`SEQSVR_TEETH=no-quorum-check`) the lone leader appends every
 //! request to its log until it steps down, and its callers learn nothing but a timeout.
 
 use seqsvr_cluster_tests::{Cluster, ClusterOptions, ProcKey};

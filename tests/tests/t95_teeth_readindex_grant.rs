@@ -6,7 +6,7 @@
 //! lease and hands A's sections to B.
 //!
 //! With ReadIndex, L1 cannot confirm its leadership, so A's lease runs out before B serves.
-//! Without it (`teeth-no-readindex-before-grant`), L1 keeps renewing A's lease for up to an
+//! Without it (`SEQSVR_TEETH=no-readindex-before-grant`), L1 keeps renewing A's lease for up to an
 //! election timeout (`check_can_serve` still sees the quorum it heard before the cut): A and B
 //! serve the same section at once, and a value from A after one from B goes back (I1, I3).
 //! The election timeout here (2 s) is longer than the default so that window outlasts the new

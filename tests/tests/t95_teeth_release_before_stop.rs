@@ -4,7 +4,7 @@
 //! the stopping AllocSvr's sections (so it learns of no newer route table until that AllocSvr
 //! refuses), `fresh` calls the same uids and uids of the other AllocSvr (so it learns the new
 //! table as soon as the hand-over is there). The normal build passes: values never go back.
-//! With `teeth-release-before-stop` (release first, serve on for half a lease) the stale client
+//! With `SEQSVR_TEETH=release-before-stop` (release first, serve on for half a lease) the stale client
 //! gets values below those the fresh one already got from the new owner: I1 is violated.
 
 use seqsvr_cluster_tests::{assert_no_violation, Cluster, ClusterOptions, ProcKey, RecordedLoad};

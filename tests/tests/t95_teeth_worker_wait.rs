@@ -3,7 +3,7 @@
 //! W and is then cut off from the store (it may serve on until its lease ends). Once the store
 //! lists W as free, the second AllocSvr leases it and issues; then the first one is asked again.
 //! The normal build frees W only after `lease + margin`, when the first AllocSvr has stopped:
-//! it answers UNAVAILABLE and W's ids only go up. With `teeth-no-worker-wait` W is freed after a
+//! it answers UNAVAILABLE and W's ids only go up. With `SEQSVR_TEETH=no-worker-wait` W is freed after a
 //! third of a lease, the first AllocSvr still serves and issues below the second one's ids: G2
 //! (one worker id's ids increase in real time) is violated.
 

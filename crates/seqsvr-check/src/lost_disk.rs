@@ -8,7 +8,7 @@
 //!    existing`). A dies *before* C comes back: a live A would catch C up by snapshot at once
 //!    and close the hole by luck rather than by design.
 //! 4. SIGCONT B. Now B (which never saw `RAISED`) and the empty C are a majority of {A, B, C}.
-//!    If C votes (the bug, `teeth-bootstrap-empty-voter`), B is elected and a linearizable read
+//!    If C votes (the bug, `SEQSVR_TEETH=bootstrap-empty-voter`), B is elected and a linearizable read
 //!    returns `BASE`: `max_seq` went back (I4), and values up to `RAISED` may be served again
 //!    (I2, then I1). With the fix C never votes: {B, C} elect nobody and reads fail UNAVAILABLE.
 //!    We keep trying reads for a window of election timeouts (long enough for B to campaign
