@@ -124,9 +124,10 @@ impl Tooth {
 
 /// `Err` with a message when this process must not start: a teeth build not explicitly allowed
 /// to run (`SEQSVR_TEETH_BUILD_OK=1`), or one whose `SEQSVR_TEETH` names no switch. `Ok(None)`
-/// in a build without the feature; `Ok(Some(name))` names the switch that is on (`"none"` when
-/// `SEQSVR_TEETH` is unset), for the loud log line the servers print.
-pub fn check_allowed() -> Result<Option<&'static str>, String> {
+/// in a build without the feature; in a teeth build `Ok(Some(warning))`, the loud line the
+/// servers log, naming the switch that is on (the warning's words live here, so the release
+/// binaries hold none of them).
+pub fn check_allowed() -> Result<Option<String>, String> {
     #[cfg(feature = "teeth")]
     {
         let active = chosen::active()?;
@@ -136,7 +137,10 @@ pub fn check_allowed() -> Result<Option<&'static str>, String> {
                         SEQSVR_TEETH_BUILD_OK=1"
                 .to_string());
         }
-        Ok(Some(active.map_or("none", chosen::name)))
+        Ok(Some(format!(
+            "UNSAFE TEETH BUILD: it breaks the promise on purpose (SEQSVR_TEETH switch on: {})",
+            active.map_or("none", chosen::name)
+        )))
     }
     #[cfg(not(feature = "teeth"))]
     {

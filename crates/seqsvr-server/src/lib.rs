@@ -73,10 +73,7 @@ where
             tracing::error!("{e}");
             return ExitCode::from(2);
         }
-        Ok(Some(active)) => tracing::error!(
-            teeth = active,
-            "UNSAFE TEETH BUILD: it breaks the promise on purpose when SEQSVR_TEETH names a switch"
-        ),
+        Ok(Some(warning)) => tracing::error!("{warning}"),
         Ok(None) => {}
     }
     let config = match config() {
