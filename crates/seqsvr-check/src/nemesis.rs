@@ -17,7 +17,7 @@ mod lease_faults;
 mod membership;
 
 use crate::cluster::{wait_until, Cluster, ClusterOptions, ProcKey, LIBFAKETIME, WAIT_MAX};
-use crate::history::{check, write_jsonl, Operation, Outcome, Report};
+use crate::history::{check, write_jsonl, Operation, Outcome, Report, Violation};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -439,6 +439,8 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Summary> {
     let until = t0 + Duration::from_secs(cfg.seconds);
     let mut run_error = None;
     let mut anomalies = false;
+    // Violations a fault saw itself (not in the history's order alone): added to the report.
+    let mut fault_violations: Vec<Violation> = Vec::new();
     for fault in plan {
         if Instant::now() >= until {
             // Past the time only for kinds that have not run yet, a few more chances each.
@@ -464,6 +466,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Summary> {
             t0,
             log: Mutex::new(String::new()),
             anomaly: AtomicBool::new(false),
+            violations: Mutex::new(Vec::new()),
         };
         match run_fault(&mut cluster, &fault, &ctx, &load.ok).await {
             Ok((at_s, attempts, result)) => {
@@ -477,6 +480,8 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Summary> {
                     }
                 }
                 anomalies |= ctx.anomaly.load(Ordering::SeqCst);
+                fault_violations
+                    .append(&mut ctx.violations.lock().unwrap_or_else(|e| e.into_inner()));
                 records.push(FaultRecord {
                     at_s,
                     fault,
@@ -511,6 +516,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Summary> {
     }
     let ops = load.finish(&cfg.out_dir).await?;
     let mut report = check(&ops);
+    report.violations.extend(fault_violations);
     // ---- ids: check, fail the run if a scheme was never served, mirror the violations ----
     let id_calls = id_load.finish(&cfg.out_dir).await?;
     let ids = crate::ids::check(&id_calls, &id_layouts);
@@ -653,6 +659,9 @@ struct Ctx<'a> {
     /// Something worth a look that is not a violation (a server answer that breaks a rule the
     /// fault checks): the cluster's logs are kept.
     anomaly: AtomicBool,
+    /// Violations the fault saw itself, which the history's order alone does not show (an
+    /// AllocSvr that served after the store had settled its section elsewhere, I3).
+    violations: Mutex<Vec<Violation>>,
 }
 
 impl Ctx<'_> {
@@ -666,6 +675,12 @@ impl Ctx<'_> {
     fn flag(&self, text: String) {
         self.anomaly.store(true, Ordering::SeqCst);
         self.say(text);
+    }
+
+    /// Like [`Ctx::flag`], and counts `violation` in the run's report (the run fails).
+    fn violate(&self, violation: Violation, text: String) {
+        self.violations.lock().unwrap_or_else(|e| e.into_inner()).push(violation);
+        self.flag(text);
     }
 }
 

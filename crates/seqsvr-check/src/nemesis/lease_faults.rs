@@ -17,7 +17,7 @@
 
 use super::Ctx;
 use crate::cluster::{wait_until, Cluster, ProcKey};
-use crate::history::{Operation, Outcome};
+use crate::history::{Operation, Outcome, Violation};
 use crate::proxy::Delay;
 use seqsvr_core::ids::{SectionId, SetId};
 use seqsvr_proto::v1 as pb;
@@ -166,19 +166,47 @@ async fn stale_owner_probe(
         })
         .await?;
     // Settled elsewhere: the cut-off AllocSvr's lease must be over by now.
+    let settled_seen_ns = ctx.t0.elapsed().as_nanos() as u64;
     let after_ms = cut.elapsed().as_millis();
     let stale = next_at(ctx, set, &t.addr, t.uid, 0, Duration::from_millis(500)).await;
+    let stale_done_ns = ctx.t0.elapsed().as_nanos() as u64;
     // The store's route version tells the heir (if it has not heard yet) to ask for its grant.
     let served = wait_until("the heir to serve the probe uid", limit, || async {
         next_at(ctx, set, &heir_addr, t.uid, route_version, Duration::from_secs(1)).await.ok()
     })
     .await?;
     match stale {
-        Ok(v) => ctx.flag(format!(
-            "(CUT-OFF ALLOCSVR SERVED uid {} = {v} after the store settled its section at alloc \
-             {heir}, {after_ms} ms after the cut (I3); the heir then served {served}) ",
-            t.uid
-        )),
+        Ok(v) => ctx.violate(
+            Violation {
+                uid: t.uid,
+                kind: "single owner (I3): served after the store settled the section elsewhere",
+                earlier: Operation {
+                    client: FAULT_CLIENT,
+                    set: set.0,
+                    uids: vec![t.uid],
+                    invoke_ns: settled_seen_ns,
+                    complete_ns: settled_seen_ns,
+                    outcome: Outcome::Unknown {
+                        reason: format!("the store settled section {} at alloc {heir}", t.section),
+                    },
+                },
+                earlier_value: 0,
+                later: Operation {
+                    client: FAULT_CLIENT,
+                    set: set.0,
+                    uids: vec![t.uid],
+                    invoke_ns: settled_seen_ns,
+                    complete_ns: stale_done_ns,
+                    outcome: Outcome::Ok { values: vec![v] },
+                },
+                later_value: v,
+            },
+            format!(
+                "(CUT-OFF ALLOCSVR SERVED uid {} = {v} after the store settled its section at \
+                 alloc {heir}, {after_ms} ms after the cut (I3); the heir then served {served}) ",
+                t.uid
+            ),
+        ),
         Err(s) => ctx.say(format!(
             "(alloc {heir} took section {} over and served {served}; the cut-off one refused \
              {after_ms} ms after the cut: {:?}) ",
