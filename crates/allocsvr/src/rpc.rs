@@ -102,7 +102,10 @@ impl Drop for WaitSlot<'_> {
 /// NOT_OWNER: the section is not served here; the answer carries the current route table (in
 /// binary metadata, where `seqsvr_client::seq::route_table_of` finds it).
 #[derive(Debug, thiserror::Error)]
-#[error("NOT_OWNER: section {section} is not served here (owner: {owner}, route table v{})", .route.version)]
+#[error(
+    "NOT_OWNER: section {section} is not served here (owner: {owner}, route table v{})",
+    .route.version
+)]
 pub struct NotOwner {
     pub section: SectionId,
     /// The owner the route table names, as shown to the client.

@@ -1,7 +1,7 @@
 //! The AllocSvr's side of a lease, in milliseconds of the AllocSvr's *own* monotonic clock
-//! (`CLOCK_BOOTTIME` in the binary). `allocsvr/src/lease.rs` calls these functions, and the lease
-//! simulation in `arbiter/tests.rs` runs them on simulated, skewed clocks: the simulation checks
-//! the AllocSvr's own arithmetic, not a copy of it.
+//! (`CLOCK_BOOTTIME` in the binary). `allocsvr/src/state/mod.rs` calls these functions, and the
+//! lease simulation in `arbiter/tests.rs` runs them on simulated, skewed clocks: the simulation
+//! checks the AllocSvr's own arithmetic, not a copy of it.
 //!
 //! A heartbeat sent at `sent` and answered with a grant of `lease` (`lease_ms`, `margin_ms`) lets
 //! the AllocSvr serve until `sent + lease - margin`. The store leader grants after the heartbeat
