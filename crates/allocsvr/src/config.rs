@@ -1,10 +1,13 @@
 //! An AllocSvr's configuration: the shared cluster config file, its set and address, and
-//! per-process overrides, each settable by flag or environment variable.
+//! per-process overrides, each settable by flag or environment variable; and the id schemes it
+//! serves ([`IdSetup`], from the file's `[ids]`).
 
 use anyhow::{bail, Context};
 use clap::Parser;
 use seqsvr_core::config::{default_listen, AllocTuning, ClusterConfig};
 use seqsvr_core::ids::{NodeId, SetId};
+use seqsvr_core::idscheme::Layout;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -71,7 +74,7 @@ pub struct AllocConfig {
     /// Mutual TLS (the cluster file's `[tls]` + --tls-cert/--tls-key); None: plaintext.
     pub tls: Option<seqsvr_server::tls::TlsSetup>,
     /// The id schemes served (`[ids]`), loaded at start.
-    pub ids: crate::ids::IdSetup,
+    pub ids: IdSetup,
 }
 
 impl AllocConfig {
@@ -120,13 +123,81 @@ impl AllocConfig {
             tuning,
             max_batch_sections: cluster.store.max_batch_sections,
             tls,
-            ids: crate::ids::IdSetup::from_cluster(
-                &cluster,
-                set_id,
-                seqsvr_server::clock::unix_ms_now(),
-            )
-            .with_context(|| format!("in {}", args.config.display()))?,
+            ids: IdSetup::from_cluster(&cluster, set_id, seqsvr_server::clock::unix_ms_now())
+                .with_context(|| format!("in {}", args.config.display()))?,
         })
+    }
+}
+
+/// One served scheme: its layout and its limits in the layout's time units.
+#[derive(Clone, Debug)]
+pub struct SchemeSetup {
+    pub layout: Layout,
+    /// How far ahead of the clock issued times may run (borrowing) before a call waits.
+    pub max_ahead_units: u64,
+    /// How far ahead of the clock the high-water mark is reserved in the store.
+    pub reserve_units: u64,
+    /// What the store records for the scheme and refuses to see change
+    /// (`IdSchemeConfig::fingerprint`).
+    pub fingerprint: String,
+    /// `rongcloud`: the uids its sessions are routed by (`IdSchemeConfig::session_uids`).
+    pub session_uids: std::ops::Range<u64>,
+}
+
+impl SchemeSetup {
+    /// The most ids one worker id (one section, for `rongcloud`) can issue within `left_ms`
+    /// from now: every unit up to `max_ahead_units` ahead of the clock, and the units the clock
+    /// passes meanwhile, each with its whole sequence. A count above it could only time out.
+    pub fn ids_within(&self, left_ms: u64) -> u64 {
+        // The clock can cross one unit boundary more than `left_ms / unit` says.
+        let passed = left_ms.div_ceil(self.layout.unit().ms().max(1)).saturating_add(1);
+        let units = self.max_ahead_units.saturating_add(1).saturating_add(passed);
+        units.saturating_mul(self.layout.max_sequence().saturating_add(1))
+    }
+    /// `rongcloud`: the uid session `key` is routed by (`IdSchemeConfig::session_uid`).
+    pub fn session_uid(&self, key: u64) -> u64 {
+        seqsvr_core::config::session_uid(self.session_uids.clone(), key)
+    }
+}
+
+/// The id schemes of the cluster config, loaded at start.
+#[derive(Clone, Debug, Default)]
+pub struct IdSetup {
+    pub schemes: BTreeMap<String, SchemeSetup>,
+    pub max_count: u32,
+}
+
+impl IdSetup {
+    /// Loads `[ids]` for set `set` (a layout that cannot issue at `now_ms` is logged; its `NextIds` is refused).
+    pub fn from_cluster(
+        cluster: &ClusterConfig,
+        set: SetId,
+        now_ms: u64,
+    ) -> anyhow::Result<IdSetup> {
+        let mut schemes = BTreeMap::new();
+        // Shapes only: a scheme that ran out (or whose epoch is ahead of this clock) must not
+        // stop the AllocSvr, which serves the sequences too; its NextIds is refused instead.
+        for (name, (layout, scheme)) in cluster.ids.load_shapes(&cluster.sets)? {
+            if let Err(e) = layout.usable_at(now_ms) {
+                tracing::error!(scheme = %name, error = %e,
+                    "id scheme cannot issue ids at this clock: its NextIds is refused");
+            }
+            scheme
+                .worker_pool(&layout, set)
+                .map_err(|e| anyhow::anyhow!("ids.schemes.{name}: {e}"))?;
+            let unit = layout.unit().ms();
+            let max_ahead_units = cluster.ids.max_ahead_ms / unit;
+            let reserve_units = cluster.ids.reserve_ms.div_ceil(unit).max(max_ahead_units + 1);
+            tracing::info!(scheme = %name, layout = %layout.scheme(), range = %layout.describe_range(),
+                "id scheme loaded");
+            let fingerprint = scheme.fingerprint(&layout);
+            let session_uids = scheme.session_uids();
+            schemes.insert(
+                name,
+                SchemeSetup { layout, max_ahead_units, reserve_units, fingerprint, session_uids },
+            );
+        }
+        Ok(IdSetup { schemes, max_count: cluster.ids.max_count })
     }
 }
 
@@ -149,5 +220,41 @@ impl AllocConfig {
             tls: None,
             ids: Default::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use seqsvr_core::idscheme::{LayoutSpec, Scheme};
+
+    /// The count a call may ask for: whole sequences of every unit it can reach before its
+    /// deadline (uid-generator's 8,192 per second: 40,960 in 2 s with 2 s ahead; snowflake's
+    /// 4,096 per ms: millions).
+    #[test]
+    fn a_count_no_worker_id_can_issue_in_time_is_known_up_front() {
+        let setup = |spec: LayoutSpec| {
+            let layout = spec.load(1_796_000_000_000).unwrap();
+            let max_ahead_units = 2_000 / layout.unit().ms();
+            SchemeSetup {
+                fingerprint: layout.fingerprint(),
+                layout,
+                max_ahead_units,
+                reserve_units: max_ahead_units + 1,
+                session_uids: 0..1,
+            }
+        };
+        let uid_generator = setup(LayoutSpec {
+            epoch_ms: Some(1_735_689_600_000),
+            time_bits: Some(30),
+            worker_bits: Some(20),
+            seq_bits: Some(13),
+            ..LayoutSpec::of(Scheme::UidGenerator)
+        });
+        assert_eq!(uid_generator.ids_within(2_000), (2 + 1 + 2 + 1) * 8_192);
+        assert_eq!(uid_generator.ids_within(2_001), (2 + 1 + 3 + 1) * 8_192);
+        assert_eq!(uid_generator.ids_within(0), (3 + 1) * 8_192);
+        let snowflake = setup(LayoutSpec::of(Scheme::Snowflake));
+        assert_eq!(snowflake.ids_within(2_000), (2_000 + 1 + 2_000 + 1) * 4_096);
     }
 }

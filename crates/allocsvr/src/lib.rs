@@ -3,13 +3,21 @@
 //! advances `max_seq` through the store ahead of need.
 //!
 //! # Layout
-//! - [`config`]: flags + env + the cluster config file → [`config::AllocConfig`].
-//! - [`lease`]: shared state, the lease (register/heartbeat/load) loop and the advancer.
+//! From the bottom up; each module imports only the ones above it (no import circle:
+//! `tests/tests/t00_module_graph.rs` checks it).
+//! - [`config`]: flags + env + the cluster config file → [`config::AllocConfig`], with the id
+//!   schemes served ([`config::IdSetup`]).
+//! - [`metrics`]: the Prometheus series.
+//! - [`state`]: [`state::Shared`] and the state under its one lock ([`state::Inner`]: table,
+//!   lease, registration, route table, id slots), the lease checks and "routed here".
+//! - [`rpc`]: what every public call shares: request ids, deadlines, wait slots, NOT_OWNER, and
+//!   [`rpc::AllocError`], every error the AllocSvr answers, made a status in [`rpc::to_status`].
+//! - [`lease`]: the lease (register/heartbeat/load) loop, the advancer and the hand-back.
 //! - [`service`]: the public `SeqService`, the allocation path top to bottom.
-//! - [`ids`]: the public `IdService` (worker ids, high-water marks); [`sessions`]: `rongcloud`
-//!   ids, issued by the owner of each session's section.
-//! - [`metrics`]: the Prometheus series; [`observe`]: gauges and gRPC health (SERVING only
-//!   while the lease is valid), refreshed every 100 ms.
+//! - [`ids`]: the public `IdService`: worker ids and high-water marks (`ids/workers.rs`), and
+//!   `rongcloud` ids issued by the owner of each session's section (`ids/sessions.rs`).
+//! - [`observe`]: gauges and gRPC health (SERVING only while the lease is valid), refreshed
+//!   every 100 ms.
 //! - the allocation table itself is pure logic in `seqsvr_core::alloc`.
 
 pub mod config;
@@ -17,8 +25,9 @@ pub mod ids;
 pub mod lease;
 pub mod metrics;
 pub mod observe;
+pub mod rpc;
 pub mod service;
-pub mod sessions;
+pub mod state;
 
 use anyhow::Context;
 use config::AllocConfig;
@@ -38,7 +47,7 @@ pub const ID_SERVICE: &str = <seqsvr_proto::v1::id_service_server::IdServiceServ
 /// [`seqsvr_proto::seq_request_max_bytes`] of `max_batch_uids` (a larger one is refused with
 /// OUT_OF_RANGE before it is decoded into memory), replies up to
 /// [`seqsvr_proto::REPLY_MAX_BYTES`].
-pub fn seq_service(shared: std::sync::Arc<lease::Shared>) -> SeqServiceServer<service::SeqServer> {
+pub fn seq_service(shared: std::sync::Arc<state::Shared>) -> SeqServiceServer<service::SeqServer> {
     let request_max = seqsvr_proto::seq_request_max_bytes(shared.config.tuning.max_batch_uids);
     SeqServiceServer::new(service::SeqServer { shared })
         .max_decoding_message_size(request_max)
@@ -69,7 +78,7 @@ pub async fn run(config: AllocConfig, shutdown: impl Future<Output = ()>) -> any
         seqsvr_client::tls::set_process_tls(Some(tls));
     }
     let tls = config.tls.clone();
-    let shared = lease::Shared::new(config)?;
+    let shared = state::Shared::new(config)?;
     tracing::info!(set = %shared.config.set_id, addr = %shared.config.addr, %listen,
         step = shared.config.tuning.step, "allocsvr starting");
 

@@ -3,7 +3,7 @@
 //! a load balancer or container runtime then sends traffic only where it can be answered).
 //! A lease that lapses or comes back is logged once, with what it means.
 
-use crate::lease::Shared;
+use crate::state::Shared;
 use seqsvr_server::grpc::Health;
 use seqsvr_server::BootInstant;
 use std::sync::Arc;

@@ -2,12 +2,15 @@
 //!
 //! uid → validate → lock → lease still valid? → `AllocTable::next_batch` → answer; or, when the
 //! section is loading or waits for an advance, wake the advancer and wait (outside the lock)
-//! until something changes or the deadline passes. Errors become gRPC statuses in `to_status`.
+//! until something changes or the deadline passes. Errors are [`AllocError`]s; they become gRPC
+//! statuses in [`crate::rpc::to_status`], at the edge of each RPC.
 
-use crate::lease::{Inner, Shared};
 use crate::metrics::Rpc;
+use crate::rpc::{
+    batch_deadline, call_deadline, to_status, AllocError, NotOwner, RequestId, WaitSlot,
+};
+use crate::state::{Inner, Shared};
 use seqsvr_core::alloc::SeqError;
-use seqsvr_core::ids::SectionId;
 use seqsvr_core::teeth::Tooth;
 use seqsvr_proto::v1::{self as pb};
 use seqsvr_server::BootInstant;
@@ -17,57 +20,30 @@ use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 
-/// A call's request id: the caller's `x-request-id`, or one of ours (`<process>-<n>`), shown
-/// in every log line about the call (at debug: nothing per call is logged above it).
-pub enum RequestId {
-    Given(String),
-    Ours { prefix: u32, n: u64 },
-}
-
-impl std::fmt::Display for RequestId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RequestId::Given(id) => f.write_str(id),
-            RequestId::Ours { prefix, n } => write!(f, "{prefix:08x}-{n}"),
-        }
-    }
-}
-
 #[derive(Clone)]
 pub struct SeqServer {
     pub shared: Arc<Shared>,
 }
 
 impl SeqServer {
-    fn check_uids(&self, uids: &[u64]) -> Result<(), Status> {
+    fn check_uids(&self, uids: &[u64]) -> Result<(), AllocError> {
         let c = &self.shared.config;
         if uids.is_empty() {
-            return Err(Status::invalid_argument("empty batch: give at least one uid"));
+            return Err(AllocError::EmptyBatch);
         }
         if uids.len() > c.tuning.max_batch_uids {
-            return Err(Status::invalid_argument(format!(
-                "batch of {} uids exceeds the limit of {}",
-                uids.len(),
-                c.tuning.max_batch_uids
-            )));
+            let (n, max) = (uids.len(), c.tuning.max_batch_uids);
+            return Err(AllocError::BatchTooLarge { n, max });
         }
-        if let Some(uid) = uids.iter().find(|&&u| u < c.uid_begin || u >= c.uid_end) {
-            return Err(Status::invalid_argument(format!(
-                "uid {uid} is outside set {}'s uids [{}, {}): route it to its own set",
-                c.set_id, c.uid_begin, c.uid_end
-            )));
+        if let Some(&uid) = uids.iter().find(|&&u| u < c.uid_begin || u >= c.uid_end) {
+            let (set, begin, end) = (c.set_id, c.uid_begin, c.uid_end);
+            return Err(AllocError::UidOutsideSet { uid, set, begin, end });
         }
         Ok(())
     }
 
     fn request_id<T>(&self, request: &Request<T>) -> RequestId {
-        match seqsvr_proto::request_id_of(request.metadata()) {
-            Some(id) => RequestId::Given(id.to_string()),
-            None => RequestId::Ours {
-                prefix: self.shared.request_id_prefix,
-                n: self.shared.next_request_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            },
-        }
+        RequestId::of(&self.shared, request)
     }
 
     fn deadline<T>(&self, request: &Request<T>) -> Instant {
@@ -84,7 +60,7 @@ impl SeqServer {
         waited: &mut bool,
         request_id: &RequestId,
         op: impl Fn(&mut Inner) -> Result<T, SeqError>,
-    ) -> Result<(T, Option<pb::RouteTable>), Status> {
+    ) -> Result<(T, Option<pb::RouteTable>), AllocError> {
         if let Attempt::Done(result) = self.attempt(route_version, request_id, &op) {
             return result;
         }
@@ -96,12 +72,12 @@ impl SeqServer {
             let changed = self.shared.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            let status = match self.attempt(route_version, request_id, &op) {
+            let why = match self.attempt(route_version, request_id, &op) {
                 Attempt::Done(result) => return result,
-                Attempt::Wait(status) => status,
+                Attempt::Wait(why) => why,
             };
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                return Err(status);
+                return Err(why);
             }
         }
     }
@@ -115,16 +91,10 @@ impl SeqServer {
     ) -> Attempt<T> {
         let mut inner = self.shared.lock();
         if inner.stopping {
-            return Attempt::Done(Err(Status::unavailable(
-                "this AllocSvr is shutting down and has handed its sections back: retry at the \
-                 AllocSvr the route table names (ask any AllocSvr for it)",
-            )));
+            return Attempt::Done(Err(AllocError::Stopping));
         }
         if !Tooth::NoAllocLeaseCheck.on() && !inner.lease_valid(BootInstant::now()) {
-            return Attempt::Wait(Status::unavailable(
-                "this AllocSvr holds no valid lease (store unreachable, or its registration is \
-                 being renewed); retry, possibly at another AllocSvr",
-            ));
+            return Attempt::Wait(AllocError::NoLease);
         }
         match op(&mut inner) {
             Ok(v) => {
@@ -137,40 +107,27 @@ impl SeqServer {
             }
             Err(SeqError::NotOwned(section)) => {
                 if inner.routed_here(section, inner.alloc_id) {
-                    Attempt::Wait(Status::unavailable(format!(
-                        "section {section} is being handed over to this AllocSvr; it serves once \
-                         the previous owner's lease has run out"
-                    )))
+                    Attempt::Wait(AllocError::HandOver(section))
                 } else if route_version > inner.route.version {
                     // The client knows a newer table than ours, and it routed the section here:
                     // our table (and grant) lag. NOT_OWNER with our older table would send it
                     // straight back; learn the newer state from the store instead.
                     self.shared.wake_heartbeat.notify_one();
-                    Attempt::Wait(Status::unavailable(format!(
-                        "section {section} is not served here under route table v{}, but the \
-                         client has v{route_version}: this AllocSvr is catching up with the store",
-                        inner.route.version
-                    )))
+                    let (ours, theirs) = (inner.route.version, route_version);
+                    Attempt::Wait(AllocError::CatchingUp { section, ours, theirs })
                 } else {
-                    Attempt::Done(Err(not_owner(section, &inner.route)))
+                    Attempt::Done(Err(AllocError::NotOwner(NotOwner::of(section, &inner.route))))
                 }
             }
-            Err(SeqError::Loading(section)) => Attempt::Wait(Status::unavailable(format!(
-                "section {section} is loading its max_seq from the store"
-            ))),
+            Err(SeqError::Loading(section)) => Attempt::Wait(AllocError::Loading(section)),
             Err(SeqError::Exhausted(section)) => {
                 tracing::debug!(%section, "waits for an advance");
                 self.shared.note_advance_cause(request_id);
                 self.shared.wake_advancer.notify_one();
-                Attempt::Wait(Status::unavailable(format!(
-                    "section {section} waits for the store to commit a higher max_seq (store \
-                     slow or without quorum?)"
-                )))
+                Attempt::Wait(AllocError::WaitsForAdvance(section))
             }
             // Final: no advance can help, so the caller must not wait or retry.
-            Err(e @ SeqError::Ceiling(_)) => {
-                Attempt::Done(Err(Status::resource_exhausted(e.to_string())))
-            }
+            Err(e @ SeqError::Ceiling(_)) => Attempt::Done(Err(AllocError::Ceiling(e))),
         }
     }
 }
@@ -286,10 +243,7 @@ impl SeqServer {
     async fn serve_batch(&self, batch: pb::NextStreamRequest) -> pb::NextStreamReply {
         let started = std::time::Instant::now();
         let mut waited = false;
-        let id = RequestId::Ours {
-            prefix: self.shared.request_id_prefix,
-            n: self.shared.next_request_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-        };
+        let id = RequestId::next_ours(&self.shared);
         let span = tracing::debug_span!("call", rpc = "next_stream", request_id = %id);
         let result = async {
             let deadline =
@@ -317,7 +271,8 @@ impl SeqServer {
                 );
                 pb::NextStreamReply { batch_id, seqs, route_table, code: 0, message: String::new() }
             }
-            Err(status) => {
+            Err(error) => {
+                let status = to_status(error);
                 self.observe_outcome(Rpc::NextStream, &id, started, waited, status.code(), 0);
                 pb::NextStreamReply {
                     batch_id,
@@ -331,77 +286,11 @@ impl SeqServer {
     }
 }
 
-/// When a stream's batch must be answered: within 90% of the client's wait for it (as
-/// [`call_deadline`] for a call's `grpc-timeout`), at most `request_timeout_ms`.
-fn batch_deadline(timeout_ms: u64, request_timeout_ms: u64) -> Instant {
-    let ours = Duration::from_millis(request_timeout_ms);
-    let theirs = (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms).mul_f64(0.9));
-    Instant::now() + theirs.map_or(ours, |t| t.min(ours))
-}
-
-/// A place among the calls waiting at once, given back when the call stops waiting (answered,
-/// timed out, or dropped by its caller). With `alloc.max_waiting_calls` taken, a call that would
-/// wait is refused at once: RESOURCE_EXHAUSTED, not one more task and request in memory.
-struct WaitSlot<'a> {
-    waiting: &'a std::sync::atomic::AtomicUsize,
-}
-
-impl<'a> WaitSlot<'a> {
-    fn take(shared: &'a Shared) -> Result<WaitSlot<'a>, Status> {
-        use std::sync::atomic::Ordering;
-        let max = shared.config.tuning.max_waiting_calls;
-        let taken = shared
-            .waiting_calls
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1));
-        match taken {
-            Ok(_) => Ok(WaitSlot { waiting: &shared.waiting_calls }),
-            Err(_) => Err(Status::resource_exhausted(format!(
-                "this AllocSvr is saturated: {max} calls already wait (for an advance, a load or \
-                 a hand-over; alloc.max_waiting_calls); back off before retrying, spread the \
-                 load, or raise alloc.step so fewer calls wait"
-            ))),
-        }
-    }
-}
-
-impl Drop for WaitSlot<'_> {
-    fn drop(&mut self) {
-        self.waiting.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-    }
-}
-
-/// When a public call must be answered: within 90% of the caller's `grpc-timeout` (so the
-/// answer arrives before the caller gives up), at most `request_timeout_ms`.
-pub(crate) fn call_deadline<T>(request: &Request<T>, request_timeout_ms: u64) -> Instant {
-    let ours = Duration::from_millis(request_timeout_ms);
-    let theirs = request
-        .metadata()
-        .get("grpc-timeout")
-        .and_then(|v| v.to_str().ok())
-        .and_then(seqsvr_proto::parse_grpc_timeout)
-        .map(|d| d.mul_f64(0.9));
-    Instant::now() + theirs.map_or(ours, |t| t.min(ours))
-}
-
 /// What one look under the lock decided.
 enum Attempt<T> {
-    Done(Result<(T, Option<pb::RouteTable>), Status>),
-    Wait(Status),
-}
-
-/// NOT_OWNER: FAILED_PRECONDITION with the current route table in binary metadata.
-pub(crate) fn not_owner(section: SectionId, route: &pb::RouteTable) -> Status {
-    let owner = route
-        .entries
-        .iter()
-        .find(|e| e.section_begin <= section.0 && section.0 < e.section_end)
-        .map(|e| format!("alloc {} at {}", e.alloc_id, e.addr))
-        .unwrap_or_else(|| "not assigned yet".into());
-    let status = Status::failed_precondition(format!(
-        "NOT_OWNER: section {section} is not served here (owner: {owner}, route table v{})",
-        route.version
-    ));
-    seqsvr_client::seq::with_route_table(status, route)
+    Done(Result<(T, Option<pb::RouteTable>), AllocError>),
+    /// Not now: why, should the deadline pass first.
+    Wait(AllocError),
 }
 
 #[tonic::async_trait]
@@ -424,7 +313,8 @@ impl pb::seq_service_server::SeqService for SeqServer {
             Ok(Response::new(pb::NextResponse { seq, route_table }))
         }
         .instrument(span)
-        .await;
+        .await
+        .map_err(to_status);
         self.observe(Rpc::Next, &id, started, waited, &result, |_| 1);
         result
     }
@@ -456,7 +346,8 @@ impl pb::seq_service_server::SeqService for SeqServer {
             Ok(Response::new(pb::NextBatchResponse { seqs, route_table }))
         }
         .instrument(span)
-        .await;
+        .await
+        .map_err(to_status);
         // `next_each` answers 0 for a uid it could not serve now.
         self.observe(Rpc::NextBatch, &id, started, waited, &result, |r| {
             r.seqs.iter().filter(|&&v| v != 0).count()
@@ -484,7 +375,8 @@ impl pb::seq_service_server::SeqService for SeqServer {
             Ok(Response::new(pb::CurrentResponse { seq, route_table }))
         }
         .instrument(span)
-        .await;
+        .await
+        .map_err(to_status);
         self.observe(Rpc::Current, &id, started, waited, &result, |_| 0);
         result
     }
@@ -497,11 +389,7 @@ impl pb::seq_service_server::SeqService for SeqServer {
         request: Request<tonic::Streaming<pb::NextStreamRequest>>,
     ) -> Result<Response<Self::NextStreamStream>, Status> {
         let slot = self.shared.stream_slots.clone().try_acquire_owned().map_err(|_| {
-            Status::resource_exhausted(format!(
-                "this AllocSvr serves {} NextStream streams already (alloc.max_streams): send \
-                 NextBatch RPCs (the SDK does so by itself), or raise the limit",
-                self.shared.config.tuning.max_streams
-            ))
+            to_status(AllocError::TooManyStreams { max: self.shared.config.tuning.max_streams })
         })?;
         let (replies, out) = tokio::sync::mpsc::channel(STREAM_BATCHES_IN_HAND);
         tokio::spawn(self.clone().serve_stream(request.into_inner(), replies, slot));
@@ -522,7 +410,7 @@ mod tests {
     use super::*;
     use crate::config::AllocConfig;
     use pb::seq_service_server::SeqService as _;
-    use seqsvr_core::ids::{AllocId, LeaseEpoch};
+    use seqsvr_core::ids::{AllocId, LeaseEpoch, SectionId};
     use seqsvr_core::section::SectionRange;
     use std::collections::BTreeMap;
 
@@ -536,7 +424,7 @@ mod tests {
     fn server_with(max_seq: u64, tune: impl FnOnce(&mut AllocConfig)) -> SeqServer {
         let mut config = AllocConfig::for_tests();
         tune(&mut config);
-        let shared = crate::lease::Shared::new(config).unwrap();
+        let shared = crate::state::Shared::new(config).unwrap();
         {
             let mut inner = shared.lock();
             inner.alloc_id = Some(AllocId(1));
@@ -1009,7 +897,7 @@ mod tests {
         let addr = listener.local_addr().expect("an address").to_string();
         let mut config = AllocConfig::for_tests();
         (config.uid_end, config.section_size) = (sections * section_size, section_size);
-        let shared = srv.block_on(async { crate::lease::Shared::new(config) }).expect("shared");
+        let shared = srv.block_on(async { crate::state::Shared::new(config) }).expect("shared");
         {
             let mut inner = shared.lock();
             inner.alloc_id = Some(AllocId(1));

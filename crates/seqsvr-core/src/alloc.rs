@@ -482,7 +482,7 @@ impl AllocTable {
 
     /// The lease epoch `section` is served under here, if it is ready (granted, loaded): the
     /// owner of a section also issues the `rongcloud` ids of the sessions routed to it
-    /// (`allocsvr/src/ids.rs`), under the same lease and the same fencing.
+    /// (`allocsvr/src/ids/sessions.rs`), under the same lease and the same fencing.
     pub fn serving_epoch(&self, section: SectionId) -> Result<LeaseEpoch, SeqError> {
         self.ready_ref(section).map(|s| s.lease_epoch)
     }

@@ -33,46 +33,11 @@ use crate::ids::{AllocId, LeaseEpoch};
 use crate::section::SectionRange;
 use crate::store::{validate_lease, Command, ControlState, InputError};
 use crate::teeth::Tooth;
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The longest lease a set accepts (10 minutes): a longer one is a typo, and would stall every
-/// hand-over and every new leader for as long.
-pub const MAX_LEASE_MS: u64 = 600_000;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LeaseConfig {
-    pub lease_ms: u64,
-    pub margin_ms: u64,
-}
-
-impl LeaseConfig {
-    /// How long the arbiter waits for a lease granted under this timing to run out.
-    pub fn hold_ms(&self) -> u64 {
-        if Tooth::NoLeaseWait.on() {
-            return self.lease_ms / 3;
-        }
-        self.lease_ms.saturating_add(self.margin_ms)
-    }
-
-    /// The rule for a lease (the same as for `cluster.toml`'s `[alloc]`): `0 < margin`,
-    /// `2 × margin < lease ≤` [`MAX_LEASE_MS`].
-    pub fn check(&self) -> Result<(), String> {
-        if self.lease_ms == 0 || self.lease_ms > MAX_LEASE_MS {
-            return Err(format!(
-                "lease_ms ({}) must be within [1, {MAX_LEASE_MS}] (10 minutes)",
-                self.lease_ms
-            ));
-        }
-        if self.margin_ms == 0 || self.margin_ms.saturating_mul(2) >= self.lease_ms {
-            return Err(format!(
-                "lease_margin_ms ({}) must be > 0 and less than half of lease_ms ({})",
-                self.margin_ms, self.lease_ms
-            ));
-        }
-        Ok(())
-    }
-}
+// The lease timing lives in `lease.rs` (the store's `SetLease` and this arbiter both use it);
+// re-exported here, where the store's callers have always found it.
+pub use crate::lease::{LeaseConfig, MAX_LEASE_MS};
 
 /// Why a lease change was not proposed.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -381,11 +381,11 @@ impl Default for AllocTuning {
 impl AllocTuning {
     pub fn validate(&self) -> Result<(), ConfigError> {
         // The same rule as a replicated `SetLease` (the first one comes from this file).
-        if self.lease_ms > crate::arbiter::MAX_LEASE_MS {
+        if self.lease_ms > crate::lease::MAX_LEASE_MS {
             return invalid(format!(
                 "alloc.lease_ms ({}) must be at most {} (10 minutes)",
                 self.lease_ms,
-                crate::arbiter::MAX_LEASE_MS
+                crate::lease::MAX_LEASE_MS
             ));
         }
         if self.lease_margin_ms == 0 || self.lease_margin_ms.saturating_mul(2) >= self.lease_ms {

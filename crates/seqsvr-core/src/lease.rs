@@ -1,7 +1,7 @@
 //! The AllocSvr's side of a lease, in milliseconds of the AllocSvr's *own* monotonic clock
-//! (`CLOCK_BOOTTIME` in the binary). `allocsvr/src/lease.rs` calls these functions, and the lease
-//! simulation in `arbiter/tests.rs` runs them on simulated, skewed clocks: the simulation checks
-//! the AllocSvr's own arithmetic, not a copy of it.
+//! (`CLOCK_BOOTTIME` in the binary). `allocsvr/src/state/mod.rs` calls these functions, and the
+//! lease simulation in `arbiter/tests.rs` runs them on simulated, skewed clocks: the simulation
+//! checks the AllocSvr's own arithmetic, not a copy of it.
 //!
 //! A heartbeat sent at `sent` and answered with a grant of `lease` (`lease_ms`, `margin_ms`) lets
 //! the AllocSvr serve until `sent + lease - margin`. The store leader grants after the heartbeat
@@ -10,6 +10,52 @@
 //! `2 × margin / lease` before the two overlap. Measuring from the *send* time matters: the
 //! answer may be delayed arbitrarily (a slow or paused store leader), and a lease measured from
 //! its arrival would outlast the leader's wait (`teeth-lease-from-receive-time` does just that).
+//!
+//! The lease timing itself ([`LeaseConfig`]: lease and margin, the rule they must meet, and the
+//! arbiter's `hold`) is here too: the store's replicated `SetLease` (`store.rs`) and the
+//! arbiter (`arbiter.rs`, which re-exports it) both use it, and neither imports the other for it.
+
+use serde::{Deserialize, Serialize};
+
+/// The longest lease a set accepts (10 minutes): a longer one is a typo, and would stall every
+/// hand-over and every new leader for as long.
+pub const MAX_LEASE_MS: u64 = 600_000;
+
+/// A set's lease timing (replicated by `SetLease`): how long a grant lets an AllocSvr serve, and
+/// the margin it stops early by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseConfig {
+    pub lease_ms: u64,
+    pub margin_ms: u64,
+}
+
+impl LeaseConfig {
+    /// How long the arbiter waits for a lease granted under this timing to run out.
+    pub fn hold_ms(&self) -> u64 {
+        if crate::teeth::Tooth::NoLeaseWait.on() {
+            return self.lease_ms / 3;
+        }
+        self.lease_ms.saturating_add(self.margin_ms)
+    }
+
+    /// The rule for a lease (the same as for `cluster.toml`'s `[alloc]`): `0 < margin`,
+    /// `2 × margin < lease ≤` [`MAX_LEASE_MS`].
+    pub fn check(&self) -> Result<(), String> {
+        if self.lease_ms == 0 || self.lease_ms > MAX_LEASE_MS {
+            return Err(format!(
+                "lease_ms ({}) must be within [1, {MAX_LEASE_MS}] (10 minutes)",
+                self.lease_ms
+            ));
+        }
+        if self.margin_ms == 0 || self.margin_ms.saturating_mul(2) >= self.lease_ms {
+            return Err(format!(
+                "lease_margin_ms ({}) must be > 0 and less than half of lease_ms ({})",
+                self.margin_ms, self.lease_ms
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// When the lease granted in answer to a heartbeat sent at `sent_ms`, whose answer arrived at
 /// `received_ms`, ends: `sent + lease - margin` (a margin of at least the lease gives no lease

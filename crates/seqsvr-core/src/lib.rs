@@ -7,7 +7,8 @@
 //! - [`section`]: uid → section arithmetic and section ranges.
 //! - [`alloc`]: the AllocSvr's in-memory `cur_seq`/`max_seq` table (the allocation hot path).
 //! - [`arbiter`]: the store leader's lease arithmetic and section placement decisions.
-//! - [`lease`]: the AllocSvr's lease arithmetic on its own clock (end, renewal, validity).
+//! - [`lease`]: the lease timing (`LeaseConfig`, shared by the store and the arbiter) and the
+//!   AllocSvr's lease arithmetic on its own clock (end, renewal, validity).
 //! - [`assign`]: the section → AllocSvr assignment (runs with owner, lease epoch, fence state).
 //! - [`config`]: the cluster config (`cluster.toml`): sets, their uid ranges and members, tunables.
 //! - [`store`]: the StoreSvr state machine: per-section `max_seq` (invariants I2, I4) and its

@@ -18,9 +18,9 @@
 //! - No `max_seq` above [`MAX_SEQ_CEILING`] is ever proposed ([`validate_advance`]), and `apply`
 //!   does no arithmetic that can overflow: a counter that would wrap rejects its command.
 
-use crate::arbiter::LeaseConfig;
 use crate::assign::{Assignment, Owner};
 use crate::ids::{AllocId, LeaseEpoch, RouteVersion, SectionId, Seq};
+use crate::lease::LeaseConfig;
 use crate::section::{SectionRange, MAX_SEQ_CEILING};
 use crate::teeth::Tooth;
 use serde::{Deserialize, Serialize};

@@ -54,8 +54,9 @@
 //!   above the worker id's persisted high-water mark: with the clock set back, it reissues ids
 //!   an earlier holder issued.
 //! - `no-session-floor`: a new owner of a section's `rongcloud` sessions starts from its
-//!   own clock instead of above the section's time mark in the store (`allocsvr/src/sessions.rs`):
-//!   with its clock set back (or behind the old owner's), a session's ids go back or repeat.
+//!   own clock instead of above the section's time mark in the store
+//!   (`allocsvr/src/state/id_slots.rs`): with its clock set back (or behind the old owner's), a
+//!   session's ids go back or repeat.
 //! - `no-rebase`: the AllocSvr's per-uid 32-bit `cur_seq` offset (`alloc.rs`, issue 13)
 //!   wraps (a truncating cast) instead of rebasing its section first: a uid served more than
 //!   2^32 values above its section's base goes back to near the base. No nemesis run reaches
