@@ -32,6 +32,7 @@
 //!   [`server_names_of`]), the process's client identity ([`ClientTls`], [`set_process_tls`],
 //!   [`generation`], [`endpoint`]), a member's configuration for its peers
 //!   ([`ReloadingClientTls`], [`client_tls_config`]).
+//! - `pki.rs` (feature `pki`): a development PKI (`seqctl certs init`).
 
 pub mod accept;
 pub mod authz;
@@ -39,6 +40,8 @@ pub mod connect;
 pub mod identity;
 pub mod layer;
 pub mod pem;
+#[cfg(feature = "pki")]
+pub mod pki;
 pub mod reload;
 
 pub use accept::{
