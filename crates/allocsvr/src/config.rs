@@ -72,7 +72,7 @@ pub struct AllocConfig {
     /// The store's limit on sections per advance.
     pub max_batch_sections: usize,
     /// Mutual TLS (the cluster file's `[tls]` + --tls-cert/--tls-key); None: plaintext.
-    pub tls: Option<seqsvr_server::tls::TlsSetup>,
+    pub tls: Option<seqsvr_tls::TlsSetup>,
     /// The id schemes served (`[ids]`), loaded at start.
     pub ids: IdSetup,
 }
@@ -103,12 +103,12 @@ impl AllocConfig {
         };
         let listen = args.listen.unwrap_or(default);
         let metrics = seqsvr_server::metrics::metrics_addr(&args.metrics_addr, listen)?;
-        let tls = seqsvr_server::tls::TlsSetup::from_cluster(
+        let tls = seqsvr_tls::TlsSetup::from_cluster(
             cluster.tls.as_ref(),
             &args.config,
             args.tls_cert.as_deref(),
             args.tls_key.as_deref(),
-            seqsvr_server::tls::ServerKind::AllocSvr,
+            seqsvr_tls::ServerKind::AllocSvr,
             args.insecure,
         )?;
         Ok(AllocConfig {

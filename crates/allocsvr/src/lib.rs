@@ -32,7 +32,7 @@ pub mod state;
 use anyhow::Context;
 use config::AllocConfig;
 use seqsvr_proto::v1::seq_service_server::SeqServiceServer;
-use seqsvr_server::tls::ServeExt as _;
+use seqsvr_tls::ServeExt as _;
 use std::future::Future;
 use tokio::sync::watch;
 
@@ -67,15 +67,10 @@ pub async fn run(config: AllocConfig, shutdown: impl Future<Output = ()>) -> any
     // Its channels to the store present this AllocSvr's certificate (set before any is opened).
     if let Some(setup) = &config.tls {
         let f = &setup.files;
-        let tls = seqsvr_client::tls::ClientTls::read(
-            &f.server_name,
-            &f.cert,
-            &f.key,
-            &f.client_ca,
-            &f.store_ca,
-        )
-        .map_err(anyhow::Error::msg)?;
-        seqsvr_client::tls::set_process_tls(Some(tls));
+        let tls =
+            seqsvr_tls::ClientTls::read(&f.server_name, &f.cert, &f.key, &f.client_ca, &f.store_ca)
+                .map_err(anyhow::Error::msg)?;
+        seqsvr_tls::set_process_tls(Some(tls));
     }
     let tls = config.tls.clone();
     let shared = state::Shared::new(config)?;
@@ -106,7 +101,7 @@ pub async fn run(config: AllocConfig, shutdown: impl Future<Output = ()>) -> any
     let server = seqsvr_server::grpc::ConnectionLimits::SERVER
         .apply(tonic::transport::Server::builder())
         .tcp_nodelay(true)
-        .layer(seqsvr_server::tls::auth_layer(tls.as_ref()))
+        .layer(seqsvr_tls::auth_layer(tls.as_ref()))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

@@ -5,8 +5,8 @@
 //! `seqbench floor-serve` runs it as a process of its own, served exactly as an AllocSvr serves
 //! `SeqService` (`allocsvr/src/lib.rs::run`): the same connection limits
 //! (`seqsvr_server::grpc::ConnectionLimits::SERVER`), the same role check
-//! (`seqsvr_server::tls::auth_layer`), the same message size limits and, when the cluster file
-//! has `[tls]`, the same mutual TLS (`seqsvr_server::tls::ServeExt::serve_maybe_tls` with an
+//! (`seqsvr_tls::auth_layer`), the same message size limits and, when the cluster file
+//! has `[tls]`, the same mutual TLS (`seqsvr_tls::ServeExt::serve_maybe_tls` with an
 //! AllocSvr's certificate), so it pays the crypto and the per-request checks seqsvr pays.
 //! `GetRouteTable` answers one table that sends every uid to the floor itself, so the SDK
 //! (`SeqClient`, coalescing or not) runs against it exactly as against a cluster.
@@ -15,7 +15,7 @@ use anyhow::Context;
 use seqsvr_core::config::ClusterConfig;
 use seqsvr_proto::v1::seq_service_server::{SeqService, SeqServiceServer};
 use seqsvr_proto::v1::{self as pb};
-use seqsvr_server::tls::ServeExt as _;
+use seqsvr_tls::ServeExt as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -217,12 +217,12 @@ pub async fn serve(args: FloorServeArgs) -> anyhow::Result<()> {
         None => None,
     };
     let tls = match (&cluster, &args.config) {
-        (Some(cluster), Some(path)) => seqsvr_server::tls::TlsSetup::from_cluster(
+        (Some(cluster), Some(path)) => seqsvr_tls::TlsSetup::from_cluster(
             cluster.tls.as_ref(),
             path,
             args.tls_cert.as_deref(),
             args.tls_key.as_deref(),
-            seqsvr_server::tls::ServerKind::AllocSvr,
+            seqsvr_tls::ServerKind::AllocSvr,
             cluster.tls.is_none(),
         )?,
         // Without a cluster file: plaintext (a client identity in SEQSVR_TLS_* is not ours).
@@ -248,7 +248,7 @@ pub async fn serve(args: FloorServeArgs) -> anyhow::Result<()> {
     seqsvr_server::grpc::ConnectionLimits::SERVER
         .apply(tonic::transport::Server::builder())
         .tcp_nodelay(true)
-        .layer(seqsvr_server::tls::auth_layer(tls.as_ref()))
+        .layer(seqsvr_tls::auth_layer(tls.as_ref()))
         .add_service(service(floor.clone(), max_batch_uids))
         .serve_maybe_tls(listener, tls.as_ref(), async move {
             seqsvr_server::shutdown_signal().await;

@@ -79,7 +79,7 @@ impl Ctx {
 
     /// With `[tls]` in the cluster file, every channel from now on presents --tls-cert.
     fn use_tls(&self, config: &ClusterConfig) -> Result<(), CtlError> {
-        use seqsvr_client::tls::{use_cluster_identity, IdentityError};
+        use seqsvr_tls::{use_cluster_identity, IdentityError};
         let (cert, key) = (self.tls_cert.as_deref(), self.tls_key.as_deref());
         use_cluster_identity(config.tls.as_ref(), &self.config_path, cert, key).map_err(|e| {
             let hint = match e {

@@ -59,15 +59,17 @@ pub fn alloc_channel(addr: &str) -> Result<Channel, Status> {
     channel_on(addr, crate::tls::Plane::Client)
 }
 
-/// A lazy channel to the StoreSvr at `addr` as `identity` (`None`: the process's own).
+/// A lazy channel to the StoreSvr at `addr` (of `set` when known) as `identity` (`None`: the
+/// process's own).
 fn store_channel_as(
     addr: &str,
-    plane: crate::tls::Plane,
+    set: Option<SetId>,
     identity: Option<&crate::tls::ClientTls>,
 ) -> Result<Channel, Status> {
+    let plane = crate::tls::Plane::Store;
     let endpoint = match identity {
-        Some(tls) => crate::tls::endpoint_with(addr, plane, Some(tls))?,
-        None => crate::tls::endpoint(addr, plane)?,
+        Some(tls) => crate::tls::endpoint_with(addr, plane, set, Some(tls))?,
+        None => crate::tls::endpoint_with(addr, plane, set, crate::tls::process_tls().as_ref())?,
     };
     Ok(lazy(endpoint))
 }
@@ -117,8 +119,8 @@ pub struct StoreClient {
     leader: Mutex<usize>,
     /// The identity every channel presents when not the process's own.
     identity: Option<crate::tls::ClientTls>,
-    /// `Plane::SetStore` when the set is known (only its members' certificates are accepted).
-    plane: crate::tls::Plane,
+    /// The set when known (only its members' certificates are accepted).
+    set: Option<SetId>,
     /// The process identity's generation the channels were built under (`tls::generation`):
     /// a rotated certificate gets new channels.
     tls_generation: std::sync::atomic::AtomicU64,
@@ -143,7 +145,6 @@ impl StoreClient {
         set: Option<SetId>,
         identity: Option<crate::tls::ClientTls>,
     ) -> Result<StoreClient, Status> {
-        let plane = set.map_or(crate::tls::Plane::Store, crate::tls::Plane::SetStore);
         if members.is_empty() {
             return Err(Status::invalid_argument(
                 "a store client needs at least one member address",
@@ -152,7 +153,7 @@ impl StoreClient {
         let members = members
             .iter()
             .map(|(id, addr)| {
-                let channel = store_channel_as(addr, plane, identity.as_ref())?;
+                let channel = store_channel_as(addr, set, identity.as_ref())?;
                 Ok(Member { id: *id, addr: addr.clone(), channel })
             })
             .collect::<Result<Vec<_>, Status>>()?;
@@ -160,7 +161,7 @@ impl StoreClient {
             members: Mutex::new(members),
             leader: Mutex::new(0),
             identity,
-            plane,
+            set,
             tls_generation: std::sync::atomic::AtomicU64::new(crate::tls::generation()),
         })
     }
@@ -192,7 +193,7 @@ impl StoreClient {
         }
         let mut members = self.members.lock().unwrap_or_else(|e| e.into_inner());
         for m in members.iter_mut() {
-            if let Ok(channel) = store_channel_as(&m.addr, self.plane, None) {
+            if let Ok(channel) = store_channel_as(&m.addr, self.set, None) {
                 m.channel = channel;
             }
         }
@@ -212,7 +213,7 @@ impl StoreClient {
         if let Some(i) = by_id.or_else(|| members.iter().position(|m| m.addr == addr)) {
             return Some(i);
         }
-        let channel = store_channel_as(addr, self.plane, self.identity.as_ref()).ok()?;
+        let channel = store_channel_as(addr, self.set, self.identity.as_ref()).ok()?;
         members.push(Member { id: id.unwrap_or(NodeId(0)), addr: addr.to_string(), channel });
         Some(members.len() - 1)
     }

@@ -136,7 +136,7 @@ impl ConnectionLimits {
     /// What both servers run with: 1024 streams, 512 running calls per connection (the SDK
     /// keeps 2 coalesced RPCs per AllocSvr in flight; an AllocSvr a handful per store member),
     /// PING every 30 s with 10 s to answer. TCP keepalive (60 s) is set on each accepted socket
-    /// by [`crate::tls::ServeExt::serve_maybe_tls`].
+    /// by [`seqsvr_tls::ServeExt::serve_maybe_tls`].
     pub const SERVER: ConnectionLimits = ConnectionLimits {
         max_concurrent_streams: 1024,
         max_calls_per_connection: 512,
@@ -152,6 +152,6 @@ impl ConnectionLimits {
             .load_shed(true)
             .http2_keepalive_interval(Some(self.http2_keepalive_interval))
             .http2_keepalive_timeout(Some(self.http2_keepalive_timeout))
-            .tcp_keepalive(Some(crate::tls::TCP_KEEPALIVE))
+            .tcp_keepalive(Some(seqsvr_tls::TCP_KEEPALIVE))
     }
 }

@@ -115,7 +115,7 @@ pub struct NodeConfig {
     /// Lease length and margin (the `[alloc]` section): the arbiter's arithmetic.
     pub lease: AllocTuning,
     /// Mutual TLS (the cluster file's `[tls]` + --tls-cert/--tls-key); None: plaintext.
-    pub tls: Option<seqsvr_server::tls::TlsSetup>,
+    pub tls: Option<seqsvr_tls::TlsSetup>,
     /// Every id scheme → what this set records for it at once (`scheme_records`).
     pub scheme_records: std::collections::BTreeMap<String, seqsvr_core::store::SchemeRecord>,
     /// `ids.reserve_ms + ids.max_ahead_ms + ids.max_clock_skew_ms`: the furthest a time mark
@@ -211,12 +211,12 @@ impl NodeConfig {
         };
         let listen = args.listen.unwrap_or(default);
         let metrics = seqsvr_server::metrics::metrics_addr(&args.metrics_addr, listen)?;
-        let tls = seqsvr_server::tls::TlsSetup::from_cluster(
+        let tls = seqsvr_tls::TlsSetup::from_cluster(
             cluster.tls.as_ref(),
             &args.config,
             args.tls_cert.as_deref(),
             args.tls_key.as_deref(),
-            seqsvr_server::tls::ServerKind::StoreSvr { set: set_id },
+            seqsvr_tls::ServerKind::StoreSvr { set: set_id },
             args.insecure,
         )?;
         Ok(NodeConfig {

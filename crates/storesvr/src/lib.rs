@@ -30,7 +30,7 @@ use seqsvr_proto::v1::raft_transport_server::RaftTransportServer;
 use seqsvr_proto::v1::store_admin_server::StoreAdminServer;
 use seqsvr_proto::v1::store_service_server::StoreServiceServer;
 use seqsvr_proto::{RAFT_MESSAGE_MAX_BYTES, REPLY_MAX_BYTES, STORE_REQUEST_MAX_BYTES};
-use seqsvr_server::tls::ServeExt as _;
+use seqsvr_tls::ServeExt as _;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -193,7 +193,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
     seqsvr_server::grpc::ConnectionLimits::SERVER
         .apply(tonic::transport::Server::builder())
         .tcp_nodelay(true)
-        .layer(seqsvr_server::tls::auth_layer(config.tls.as_ref()))
+        .layer(seqsvr_tls::auth_layer(config.tls.as_ref()))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -285,15 +285,13 @@ fn write_created_marker(marker: &std::path::Path, set_id: seqsvr_core::ids::SetI
 
 /// The peer plane's client TLS (the peer CA bundle, this member's certificate, re-read when
 /// they change), if configured.
-fn peer_tls(
-    config: &NodeConfig,
-) -> anyhow::Result<Option<Arc<seqsvr_server::tls::ReloadingClientTls>>> {
+fn peer_tls(config: &NodeConfig) -> anyhow::Result<Option<Arc<seqsvr_tls::ReloadingClientTls>>> {
     let Some(setup) = &config.tls else { return Ok(None) };
-    let plane = seqsvr_server::tls::Plane::Peer;
+    let plane = seqsvr_tls::Plane::Peer;
     // Only members of this set may answer: the name of this set's StoreSvrs.
     let set = Some(config.set_id);
     let files = setup.files.clone();
-    Ok(Some(seqsvr_server::tls::ReloadingClientTls::new(files, plane, set)?))
+    Ok(Some(seqsvr_tls::ReloadingClientTls::new(files, plane, set)?))
 }
 
 /// `--initial-cluster-state new` on an empty data dir creates the set: refuse when another
@@ -306,7 +304,7 @@ async fn refuse_new_if_the_set_exists(config: &NodeConfig) -> anyhow::Result<()>
     let tls = &peer_tls(config)?.map(|t| t.current().1);
     let peers = config.members.iter().filter(|(id, _)| *id != config.node_id);
     let asks = peers.map(|(id, addr)| async move {
-        let endpoint = seqsvr_server::tls::endpoint(addr, tls.as_ref()).ok()?;
+        let endpoint = seqsvr_tls::endpoint_with_config(addr, tls.as_ref()).ok()?;
         let endpoint = endpoint.connect_timeout(Duration::from_millis(500));
         let ask = async {
             let mut client = StoreAdminClient::new(endpoint.connect().await.ok()?);

@@ -166,7 +166,7 @@ pub fn to_status(error: RequestError) -> Status {
             "alloc {alloc}'s registration expired or was replaced: stop serving and register again"
         )),
         RequestError::NotTheHolder(refused) => {
-            tracing::warn!(target: seqsvr_server::tls::AUDIT_TARGET, "PERMISSION_DENIED: {refused}");
+            tracing::warn!(target: seqsvr_tls::AUDIT_TARGET, "PERMISSION_DENIED: {refused}");
             Status::permission_denied(format!(
                 "{refused}; an AllocSvr acts only for its own registration"
             ))
@@ -212,10 +212,10 @@ impl pb::store_service_server::StoreService for ServiceContext {
     ) -> Result<Response<pb::AdvanceMaxSeqResponse>, Status> {
         let wait = self.wait_for(&request);
         let identity = if request.get_ref().alloc_id == 0 {
-            seqsvr_server::tls::require_admin(&request, "an unfenced advance (alloc_id 0)")?;
+            seqsvr_tls::require_admin(&request, "an unfenced advance (alloc_id 0)")?;
             None
         } else {
-            seqsvr_server::tls::alloc_identity(&request, "a fenced advance")?
+            seqsvr_tls::alloc_identity(&request, "a fenced advance")?
         };
         let request_id = seqsvr_proto::request_id_of(request.metadata()).unwrap_or("-").to_string();
         let request = request.into_inner();
@@ -271,7 +271,7 @@ impl pb::store_service_server::StoreService for ServiceContext {
         request: Request<pb::RegisterAllocRequest>,
     ) -> Result<Response<pb::RegisterAllocResponse>, Status> {
         let wait = self.wait_for(&request);
-        let identity = seqsvr_server::tls::alloc_identity(&request, "an AllocSvr registration")?;
+        let identity = seqsvr_tls::alloc_identity(&request, "an AllocSvr registration")?;
         let addr = request.into_inner().addr;
         if seqsvr_core::config::port_of(&addr).is_none() {
             return Err(Status::invalid_argument(format!("alloc addr {addr:?} is not host:port")));
@@ -289,7 +289,7 @@ impl pb::store_service_server::StoreService for ServiceContext {
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
         let wait = self.wait_for(&request);
-        let identity = seqsvr_server::tls::alloc_identity(&request, "a lease heartbeat")?;
+        let identity = seqsvr_tls::alloc_identity(&request, "a lease heartbeat")?;
         let r = request.into_inner();
         let grant = self
             .driver
@@ -327,7 +327,7 @@ impl pb::store_service_server::StoreService for ServiceContext {
         request: Request<pb::AcquireWorkerRequest>,
     ) -> Result<Response<pb::AcquireWorkerResponse>, Status> {
         let wait = self.wait_for(&request);
-        let identity = seqsvr_server::tls::alloc_identity(&request, "a worker id lease")?;
+        let identity = seqsvr_tls::alloc_identity(&request, "a worker id lease")?;
         let r = request.into_inner();
         if r.alloc_id == 0 {
             return Err(Status::invalid_argument("alloc_id 0 is not an AllocSvr registration"));
@@ -355,7 +355,7 @@ impl pb::store_service_server::StoreService for ServiceContext {
         request: Request<pb::ReserveTimeRequest>,
     ) -> Result<Response<pb::ReserveTimeResponse>, Status> {
         let wait = self.wait_for(&request);
-        let identity = seqsvr_server::tls::alloc_identity(&request, "a time reservation")?;
+        let identity = seqsvr_tls::alloc_identity(&request, "a time reservation")?;
         let r = request.into_inner();
         if r.alloc_id == 0 {
             return Err(Status::invalid_argument("alloc_id 0 is not an AllocSvr registration"));
@@ -388,7 +388,7 @@ impl pb::store_service_server::StoreService for ServiceContext {
         request: Request<pb::ReserveSessionTimeRequest>,
     ) -> Result<Response<pb::ReserveSessionTimeResponse>, Status> {
         let wait = self.wait_for(&request);
-        let identity = seqsvr_server::tls::alloc_identity(&request, "a session time reservation")?;
+        let identity = seqsvr_tls::alloc_identity(&request, "a session time reservation")?;
         let r = request.into_inner();
         if r.alloc_id == 0 {
             return Err(Status::invalid_argument("alloc_id 0 is not an AllocSvr registration"));
@@ -422,7 +422,7 @@ impl pb::store_service_server::StoreService for ServiceContext {
         request: Request<pb::ReleaseAllocRequest>,
     ) -> Result<Response<pb::ReleaseAllocResponse>, Status> {
         let wait = self.wait_for(&request);
-        let identity = seqsvr_server::tls::alloc_identity(&request, "a release (ReleaseAlloc)")?;
+        let identity = seqsvr_tls::alloc_identity(&request, "a release (ReleaseAlloc)")?;
         let alloc = request.into_inner().alloc_id;
         if alloc == 0 {
             return Err(Status::invalid_argument("alloc_id 0 is not an AllocSvr registration"));

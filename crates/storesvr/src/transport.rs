@@ -10,7 +10,7 @@ use raft::eraftpb::{Message, MessageType};
 use seqsvr_core::ids::{NodeId, SetId};
 use seqsvr_proto::v1::raft_transport_client::RaftTransportClient;
 use seqsvr_proto::v1::RaftMessageBatch;
-use seqsvr_server::tls::ReloadingClientTls;
+use seqsvr_tls::ReloadingClientTls;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -143,7 +143,7 @@ fn peer_endpoint(
     addr: &str,
     tls: Option<&tonic::transport::ClientTlsConfig>,
 ) -> Result<Endpoint, tonic::transport::Error> {
-    Ok(seqsvr_server::tls::endpoint(addr, tls)?
+    Ok(seqsvr_tls::endpoint_with_config(addr, tls)?
         .connect_timeout(CONNECT_TIMEOUT)
         .timeout(SEND_TIMEOUT)
         .tcp_nodelay(true))

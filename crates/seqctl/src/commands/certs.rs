@@ -10,17 +10,17 @@
 //! (client-ca + cluster-ca): an AllocSvr accepts applications and the admin, and clients accept
 //! the AllocSvrs' cluster-issued server certificates. Which plane a member of the cluster may act
 //! on is then the role's business (`[tls.identities]`). A StoreSvr's certificate carries the
-//! DNS SAN `store.<server_name>`, an AllocSvr's `alloc.<server_name>` (clients dial IP addresses
-//! and check the name of the role they mean to reach, so one cannot pose as the other), plus
-//! 127.0.0.1 and localhost; admin and client certificates carry no server name at all.
-//! Keys are written 0600; existing files are kept unless `--force`.
+//! DNS SANs `store.<server_name>` and `store-<set>.<server_name>`, an AllocSvr's
+//! `alloc.<server_name>` (clients dial IP addresses and check the name of the role they mean to
+//! reach, so one cannot pose as the other), plus 127.0.0.1 and localhost; admin and client
+//! certificates carry no server name at all. The names and the certificates are
+//! `seqsvr-tls`'s (`seqsvr_tls::server_names_of`, `seqsvr_tls::pki`): this file plans the PKI
+//! and writes it. Keys are written 0600; existing files are kept unless `--force`.
 
 use crate::error::{CtlError, Exit};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
 use seqsvr_core::ids::SetId;
+use seqsvr_tls::pki::{issue, make_ca, Ca};
+use seqsvr_tls::{server_names_of, ServerKind};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -51,10 +51,10 @@ fn plan(o: &InitOptions) -> Vec<Leaf> {
         for id in 1..=o.members {
             leaves.push(Leaf {
                 name: format!("store-{set}-{id}"),
-                server: vec![
-                    seqsvr_core::config::store_server_name(&o.server_name),
-                    seqsvr_core::config::set_store_server_name(&o.server_name, SetId(set.into())),
-                ],
+                server: server_names_of(
+                    ServerKind::StoreSvr { set: SetId(set.into()) },
+                    &o.server_name,
+                ),
                 client_ca: false,
                 role: format!("{{ role = \"peer\", set = {set} }}"),
             });
@@ -62,7 +62,7 @@ fn plan(o: &InitOptions) -> Vec<Leaf> {
         for i in 1..=o.allocs {
             leaves.push(Leaf {
                 name: format!("alloc-{set}-{i}"),
-                server: vec![seqsvr_core::config::alloc_server_name(&o.server_name)],
+                server: server_names_of(ServerKind::AllocSvr, &o.server_name),
                 client_ca: false,
                 role: format!("{{ role = \"alloc\", set = {set} }}"),
             });
@@ -87,7 +87,7 @@ fn fail(what: impl Into<String>) -> CtlError {
     CtlError { exit: Exit::NoAnswer, what: what.into(), hint: None }
 }
 
-fn rc(what: &str) -> impl Fn(rcgen::Error) -> CtlError + '_ {
+fn rc(what: &str) -> impl Fn(seqsvr_tls::pki::Error) -> CtlError + '_ {
     move |e| fail(format!("cannot make {what}: {e}"))
 }
 
@@ -117,32 +117,6 @@ fn write(path: &Path, contents: &str, secret: bool, force: bool) -> Result<(), C
     }
     file.write_all(contents.as_bytes())
         .map_err(|e| fail(format!("cannot write {}: {e}", path.display())))
-}
-
-struct Ca {
-    issuer: Issuer<'static, KeyPair>,
-    pem: String,
-    key: String,
-}
-
-fn make_ca(cn: &str, o: &InitOptions) -> Result<Ca, CtlError> {
-    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(rc(cn))?;
-    params.distinguished_name.push(DnType::CommonName, cn);
-    params.distinguished_name.push(DnType::OrganizationName, "seqsvr dev");
-    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    validity(&mut params, o.days);
-    let key = KeyPair::generate().map_err(rc(cn))?;
-    let cert = params.self_signed(&key).map_err(rc(cn))?;
-    Ok(Ca { pem: cert.pem(), key: key.serialize_pem(), issuer: Issuer::new(params, key) })
-}
-
-fn validity(params: &mut CertificateParams, days: u32) {
-    let now = time::OffsetDateTime::now_utc();
-    // A day back: a host whose clock is behind (or set back by hours, as the nemesis does)
-    // still accepts a fresh certificate.
-    params.not_before = now - time::Duration::days(1);
-    params.not_after = now + time::Duration::days(i64::from(days));
 }
 
 /// Makes the CAs and certificates in `o.dir`; returns the `[tls]` block for the cluster file.
@@ -179,8 +153,8 @@ pub fn init_files(o: &InitOptions) -> Result<String, CtlError> {
     }
     std::fs::create_dir_all(&o.dir)
         .map_err(|e| fail(format!("cannot create {}: {e}", o.dir.display())))?;
-    let cluster = make_ca("seqsvr cluster CA", o)?;
-    let client = make_ca("seqsvr client CA", o)?;
+    let ca = |cn: &str| -> Result<Ca, CtlError> { make_ca(cn, o.days).map_err(rc(cn)) };
+    let (cluster, client) = (ca("seqsvr cluster CA")?, ca("seqsvr client CA")?);
     let at = |name: &str| o.dir.join(name);
     write(&at("cluster-ca.pem"), &cluster.pem, false, o.force)?;
     write(&at("cluster-ca.key"), &cluster.key, true, o.force)?;
@@ -189,26 +163,12 @@ pub fn init_files(o: &InitOptions) -> Result<String, CtlError> {
     write(&at("client-bundle.pem"), &format!("{}{}", client.pem, cluster.pem), false, o.force)?;
     let mut identities = String::new();
     for leaf in plan(o) {
-        let mut names = vec![leaf.name.clone()];
-        if !leaf.server.is_empty() {
-            names.extend(leaf.server.iter().cloned());
-            names.extend(["localhost".into(), "127.0.0.1".into()]);
-        }
-        let mut params = CertificateParams::new(names).map_err(rc(&leaf.name))?;
-        params.distinguished_name.push(DnType::CommonName, leaf.name.as_str());
-        params.extended_key_usages = if !leaf.server.is_empty() {
-            vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth]
-        } else {
-            vec![ExtendedKeyUsagePurpose::ClientAuth]
-        };
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        validity(&mut params, o.days);
-        let key = KeyPair::generate().map_err(rc(&leaf.name))?;
         let issuer = if leaf.client_ca { &client } else { &cluster };
-        let cert = params.signed_by(&key, &issuer.issuer).map_err(rc(&leaf.name))?;
+        let (cert, key) =
+            issue(issuer, &leaf.name, &leaf.server, o.days).map_err(rc(&leaf.name))?;
         // The chain a process presents: its certificate (the CA is in the peer's bundle).
-        write(&at(&format!("{}.pem", leaf.name)), &cert.pem(), false, o.force)?;
-        write(&at(&format!("{}.key", leaf.name)), &key.serialize_pem(), true, o.force)?;
+        write(&at(&format!("{}.pem", leaf.name)), &cert, false, o.force)?;
+        write(&at(&format!("{}.key", leaf.name)), &key, true, o.force)?;
         identities.push_str(&format!("\"{}\" = {}\n", leaf.name, leaf.role));
     }
     let path = |name: &str| at(name).display().to_string();

@@ -5,7 +5,7 @@ use crate::cli::ServerRole;
 use crate::ctx::Ctx;
 use crate::error::{coded, CtlError, Exit};
 use crate::render::{self, View};
-use seqsvr_client::tls::Plane;
+use seqsvr_tls::Plane;
 use serde::Serialize;
 use std::time::Duration;
 use tonic::Code;

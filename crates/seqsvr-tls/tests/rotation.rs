@@ -4,7 +4,7 @@
 //! process-wide.
 
 use rcgen::{CertificateParams, DnType, KeyPair};
-use seqsvr_client::tls::{generation, process_tls, set_process_tls, ClientTls, RELOAD_CHECK};
+use seqsvr_tls::{generation, process_tls, set_process_tls, ClientTls, RELOAD_CHECK};
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -11,8 +11,8 @@ use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use seqsvr_core::config::{ClusterConfig, TlsConfig};
 use seqsvr_core::ids::SetId;
-use seqsvr_server::tls::{
-    self, Caller, PeerIdentity, Plane, ServeExt as _, ServerKind, TlsFiles, TlsSetup,
+use seqsvr_tls::{
+    self as tls, Caller, PeerIdentity, Plane, ServeExt as _, ServerKind, TlsFiles, TlsSetup,
 };
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

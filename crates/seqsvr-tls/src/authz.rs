@@ -1,0 +1,315 @@
+//! **Who may call what: the one role → RPC table. Adding an RPC? Edit [`need_for`] here.**
+//!
+//! Each gRPC path (`Service/Method`) maps to what it needs of its caller ([`Need`]): any
+//! verified certificate (health, reflection), or one of some [`Grant`]s — a role from
+//! `[tls.identities]`, the plane whose CA bundle must have issued the certificate, and for a
+//! peer or an AllocSvr the set it must belong to. A path the table does not know is refused, so
+//! a new RPC answers `PERMISSION_DENIED` until it has a row. [`authorize`] is the decision for
+//! one call (the tower layer of `layer.rs` asks it for every request); rules that need the
+//! request body are the handler's, with the [`Caller`]: [`require_admin`] and
+//! [`alloc_identity`].
+//!
+//! Refusals name the identity, its role and what the call needs; they are written to the audit
+//! target ([`crate::AUDIT_TARGET`]).
+
+use crate::identity::{Caller, PeerIdentity};
+use crate::{Plane, ServerKind, AUDIT_TARGET};
+use seqsvr_core::config::{IdentityEntry, Role, TlsConfig};
+use seqsvr_core::ids::SetId;
+
+/// One way to be allowed a call: a certificate from `plane`'s CA bundle whose identity has
+/// `role` (and, for a peer, belongs to `set`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grant {
+    pub plane: Plane,
+    pub role: Role,
+    pub set: Option<SetId>,
+}
+
+impl Grant {
+    const fn of(plane: Plane, role: Role) -> Grant {
+        Grant { plane, role, set: None }
+    }
+
+    const fn peer(set: SetId) -> Grant {
+        Grant { plane: Plane::Peer, role: Role::Peer, set: Some(set) }
+    }
+
+    const fn alloc_of(set: SetId) -> Grant {
+        Grant { plane: Plane::Store, role: Role::Alloc, set: Some(set) }
+    }
+
+    /// Does an identity with `entry` fit this grant? A grant for a set needs an identity of that
+    /// set; an `alloc` identity that names no set (written before allocs named theirs) may act
+    /// in any set.
+    fn fits(&self, entry: &IdentityEntry) -> bool {
+        self.role == entry.role()
+            && match (self.set, entry.set()) {
+                (None, _) => true,
+                (Some(want), Some(have)) => want == have,
+                (Some(_), None) => entry.role() == Role::Alloc,
+            }
+    }
+
+    fn text(&self) -> String {
+        match self.set {
+            Some(set) => format!("{} of set {set}", self.role),
+            None => self.role.to_string(),
+        }
+    }
+}
+
+/// What a call needs of its caller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// Any verified certificate (health, reflection).
+    AnyVerified,
+    /// One of these grants.
+    OneOf(Vec<Grant>),
+}
+
+/// The rule for `Service/Method` (the gRPC path without its leading '/') on a server of
+/// `kind`; `None` for a service this table does not know (refused).
+pub fn need_for(kind: ServerKind, call: &str) -> Option<Need> {
+    let service = call.split('/').next().unwrap_or_default();
+    let one_of = |grants: &[Grant]| Some(Need::OneOf(grants.to_vec()));
+    match (kind, service) {
+        (
+            _,
+            "grpc.health.v1.Health"
+            | "grpc.reflection.v1.ServerReflection"
+            | "grpc.reflection.v1alpha.ServerReflection",
+        ) => Some(Need::AnyVerified),
+        (ServerKind::AllocSvr, "seqsvr.v1.SeqService" | "seqsvr.v1.IdService") => {
+            one_of(&[Grant::of(Plane::Client, Role::Client), Grant::of(Plane::Client, Role::Admin)])
+        }
+        // `seqctl store get/advance` use StoreService as an admin; an AllocSvr only in its own
+        // set, and that it acts only for its own registration is checked by the handler
+        // (`alloc_identity`, then the store's `ControlState::check_holder`).
+        (ServerKind::StoreSvr { set }, "seqsvr.v1.StoreService") => {
+            one_of(&[Grant::alloc_of(set), Grant::of(Plane::Store, Role::Admin)])
+        }
+        // A member starting a new set asks its peers' Status (lib.rs::refuse_new_if_the_set_exists).
+        (ServerKind::StoreSvr { set }, "seqsvr.v1.StoreAdmin")
+            if call == "seqsvr.v1.StoreAdmin/Status" =>
+        {
+            one_of(&[Grant::of(Plane::Store, Role::Admin), Grant::peer(set)])
+        }
+        (ServerKind::StoreSvr { .. }, "seqsvr.v1.StoreAdmin") => {
+            one_of(&[Grant::of(Plane::Store, Role::Admin)])
+        }
+        (ServerKind::StoreSvr { set }, "seqsvr.v1.RaftTransport") => one_of(&[Grant::peer(set)]),
+        _ => None,
+    }
+}
+
+fn describe(name: &str, entry: &IdentityEntry) -> String {
+    match entry.set() {
+        Some(set) => format!("identity {name:?} (role {} of set {set})", entry.role()),
+        None => format!("identity {name:?} (role {})", entry.role()),
+    }
+}
+
+/// The decision for one call: the caller (when the identity is known) or the refusal message.
+/// `call` is `Service/Method`, as it appears in messages.
+pub fn authorize(
+    tls: &TlsConfig,
+    kind: ServerKind,
+    peer: &PeerIdentity,
+    call: &str,
+) -> Result<Option<Caller>, String> {
+    let resolved = tls.resolve_identity(peer.cn.as_deref(), &peer.dns_sans);
+    let caller = resolved.as_ref().ok().map(|(name, e)| Caller {
+        name: name.clone(),
+        role: e.role(),
+        set: e.set(),
+    });
+    let grants = match need_for(kind, call) {
+        Some(Need::AnyVerified) => return Ok(caller),
+        Some(Need::OneOf(grants)) => grants,
+        None => return Err(format!("{call}: no such service on this server")),
+    };
+    let (name, entry) = match resolved {
+        Ok(found) => found,
+        Err(e) => {
+            let shown =
+                peer.cn.clone().or_else(|| peer.dns_sans.first().cloned()).unwrap_or_default();
+            return Err(format!("identity {shown:?} may not call {call}: {e}"));
+        }
+    };
+    // Every call of every RPC comes here: the messages are only made for a refusal.
+    let mut fits = grants.iter().filter(|g| g.fits(&entry)).peekable();
+    let Some(first_fit) = fits.peek().copied() else {
+        let needs: Vec<String> = grants.iter().map(Grant::text).collect();
+        let who = describe(&name, &entry);
+        return Err(format!("{who} may not call {call}: needs role {}", needs.join(" or ")));
+    };
+    if !fits.any(|g| peer.planes.contains(&g.plane)) {
+        let who = describe(&name, &entry);
+        return Err(format!(
+            "{who} may not call {call}: its certificate is not issued by a CA of {} \
+             (this plane's bundle)",
+            first_fit.plane.ca_key()
+        ));
+    }
+    Ok(caller)
+}
+
+/// For handlers, on top of the path's rule: `what` (e.g. an unfenced advance) is an admin's
+/// only. A request without a [`Caller`] came over a plaintext server (no `[tls]`), where
+/// there is no identity to check: it passes, as everything does there.
+pub fn require_admin<T>(request: &tonic::Request<T>, what: &str) -> Result<(), tonic::Status> {
+    match request.extensions().get::<Caller>() {
+        None => Ok(()),
+        Some(c) if c.role == Role::Admin => Ok(()),
+        Some(c) => Err(refuse(c, what, "needs role admin")),
+    }
+}
+
+/// A handler's refusal of `caller` for `what`: logged to the audit target, PERMISSION_DENIED
+/// naming the identity, its role and `why`.
+fn refuse(caller: &Caller, what: &str, why: &str) -> tonic::Status {
+    let message =
+        format!("identity {:?} (role {}) may not make {what}: {why}", caller.name, caller.role);
+    tracing::warn!(target: AUDIT_TARGET, "PERMISSION_DENIED: {message}");
+    tonic::Status::permission_denied(message)
+}
+
+/// For the StoreService calls an AllocSvr makes for its own registration (register, heartbeat,
+/// fenced advance, release): the caller's identity, which the store checks against the one that
+/// registered (`ControlState::check_holder`). `None` over plaintext. Any role but `alloc` is
+/// refused: an admin has no registration of its own, and acting for another's — a release
+/// above all, which lets its sections move before its lease ends — would break I3.
+pub fn alloc_identity<T>(
+    request: &tonic::Request<T>,
+    what: &str,
+) -> Result<Option<String>, tonic::Status> {
+    match request.extensions().get::<Caller>() {
+        None => Ok(None),
+        Some(c) if c.role == Role::Alloc => Ok(Some(c.name.clone())),
+        Some(c) => {
+            Err(refuse(c, what, "only an AllocSvr (role alloc) does, for its own registration"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tls_config() -> TlsConfig {
+        let text = r#"
+[[sets]]
+id = 0
+uid_begin = 0
+uid_end = 100000
+stores = [{ id = 1, addr = "127.0.0.1:7001" }]
+[[sets]]
+id = 1
+uid_begin = 100000
+uid_end = 200000
+stores = [{ id = 1, addr = "127.0.0.1:7101" }]
+[tls]
+server_name = "seqsvr"
+client_ca = "c.pem"
+store_ca = "s.pem"
+peer_ca = "p.pem"
+[tls.identities]
+"app-1" = "client"
+"alloc" = "alloc"
+"admin" = "admin"
+"store-0" = { role = "peer", set = 0 }
+"store-1" = { role = "peer", set = 1 }
+"#;
+        seqsvr_core::config::ClusterConfig::from_toml_str(text).unwrap().tls.unwrap()
+    }
+
+    fn peer(cn: &str, planes: &[Plane]) -> PeerIdentity {
+        PeerIdentity {
+            remote_addr: None,
+            cn: Some(cn.into()),
+            dns_sans: vec!["seqsvr".into()],
+            planes: planes.to_vec(),
+        }
+    }
+
+    const STORE0: ServerKind = ServerKind::StoreSvr { set: SetId(0) };
+    const ALL: &[Plane] = &[Plane::Client, Plane::Store, Plane::Peer];
+
+    fn check(kind: ServerKind, p: &PeerIdentity, path: &str) -> Result<Option<Caller>, String> {
+        authorize(&tls_config(), kind, p, path)
+    }
+
+    #[test]
+    fn each_service_needs_its_role() {
+        let admin = peer("admin", ALL);
+        let client = peer("app-1", ALL);
+        let alloc = peer("alloc", ALL);
+        let err = check(STORE0, &client, "seqsvr.v1.StoreAdmin/MoveSections").unwrap_err();
+        assert_eq!(
+            err,
+            "identity \"app-1\" (role client) may not call seqsvr.v1.StoreAdmin/MoveSections: \
+             needs role admin"
+        );
+        assert!(check(STORE0, &client, "seqsvr.v1.StoreService/AdvanceMaxSeq").is_err());
+        assert!(check(STORE0, &alloc, "seqsvr.v1.StoreAdmin/Status").is_err());
+        assert!(check(STORE0, &alloc, "seqsvr.v1.RaftTransport/Send").is_err());
+        let caller = check(STORE0, &admin, "seqsvr.v1.StoreAdmin/Status").unwrap().unwrap();
+        assert_eq!((caller.name.as_str(), caller.role), ("admin", Role::Admin));
+        assert!(check(STORE0, &alloc, "seqsvr.v1.StoreService/Heartbeat").is_ok());
+        assert!(check(ServerKind::AllocSvr, &client, "seqsvr.v1.SeqService/Next").is_ok());
+        assert!(check(ServerKind::AllocSvr, &admin, "seqsvr.v1.SeqService/Next").is_ok());
+        assert!(check(ServerKind::AllocSvr, &alloc, "seqsvr.v1.SeqService/Next").is_err());
+        // A service the server does not run is refused, not passed through.
+        assert!(check(ServerKind::AllocSvr, &admin, "seqsvr.v1.StoreAdmin/Status").is_err());
+        assert!(check(STORE0, &admin, "other.Thing/Do").is_err());
+    }
+
+    #[test]
+    fn peers_only_of_the_same_set_and_only_on_the_peer_plane() {
+        assert!(check(STORE0, &peer("store-0", ALL), "seqsvr.v1.RaftTransport/Send").is_ok());
+        let err = check(STORE0, &peer("store-1", ALL), "seqsvr.v1.RaftTransport/Send").unwrap_err();
+        assert!(err.contains("role peer of set 1") && err.contains("needs role peer of set 0"));
+        let err = check(STORE0, &peer("store-0", &[Plane::Store]), "seqsvr.v1.RaftTransport/Send")
+            .unwrap_err();
+        assert!(err.contains("peer_ca"), "{err}");
+        // Members ask their peers' Status before creating a set; other admin calls stay admin's.
+        assert!(check(STORE0, &peer("store-0", ALL), "seqsvr.v1.StoreAdmin/Status").is_ok());
+        let err = check(STORE0, &peer("store-1", ALL), "seqsvr.v1.StoreAdmin/Status").unwrap_err();
+        assert!(err.contains("needs role admin or peer of set 0"), "{err}");
+        assert!(check(STORE0, &peer("store-0", ALL), "seqsvr.v1.StoreAdmin/MoveSections").is_err());
+    }
+
+    #[test]
+    fn only_an_admin_passes_require_admin() {
+        let mut request = tonic::Request::new(());
+        assert!(require_admin(&request, "x").is_ok(), "plaintext: no caller, nothing to check");
+        let alloc = Caller { name: "alloc-0-1".into(), role: Role::Alloc, set: None };
+        request.extensions_mut().insert(alloc);
+        let err = require_admin(&request, "an unfenced advance (alloc_id 0)").unwrap_err();
+        assert_eq!(err.code(), tonic::Code::PermissionDenied);
+        assert_eq!(
+            err.message(),
+            "identity \"alloc-0-1\" (role alloc) may not make an unfenced advance (alloc_id 0): \
+             needs role admin"
+        );
+        request.extensions_mut().insert(Caller {
+            name: "admin".into(),
+            role: Role::Admin,
+            set: None,
+        });
+        assert!(require_admin(&request, "x").is_ok());
+    }
+
+    #[test]
+    fn unknown_identities_get_health_only() {
+        let stranger = peer("stranger", ALL);
+        assert_eq!(check(STORE0, &stranger, "grpc.health.v1.Health/Check"), Ok(None));
+        let err = check(STORE0, &stranger, "seqsvr.v1.StoreService/GetMaxSeq").unwrap_err();
+        assert!(
+            err.starts_with("identity \"stranger\" may not call seqsvr.v1.StoreService/GetMaxSeq")
+                && err.contains("is in [tls.identities]"),
+            "{err}"
+        );
+    }
+}
