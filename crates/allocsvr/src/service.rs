@@ -856,7 +856,7 @@ mod tests {
     #[test]
     #[ignore]
     fn profile_the_sdk_against_the_serve_path() {
-        use seqsvr_server::tls::ServeExt as _;
+        use seqsvr_tls::ServeExt as _;
         let (callers, secs) =
             (env_or("SEQSVR_PROFILE_CALLERS", 64), env_or("SEQSVR_PROFILE_SECS", 10));
         let (sections, section_size) = (100u64, 100_000u64);
@@ -873,12 +873,12 @@ mod tests {
                 Some(&certs.join("client.key")),
             )
             .expect("the client identity");
-            seqsvr_server::tls::TlsSetup::from_cluster(
+            seqsvr_tls::TlsSetup::from_cluster(
                 Some(&tls),
                 file,
                 Some(&certs.join("alloc-0-1.pem")),
                 Some(&certs.join("alloc-0-1.key")),
-                seqsvr_server::tls::ServerKind::AllocSvr,
+                seqsvr_tls::ServerKind::AllocSvr,
                 false,
             )
             .expect("the server setup")
@@ -927,7 +927,7 @@ mod tests {
             seqsvr_server::grpc::ConnectionLimits::SERVER
                 .apply(tonic::transport::Server::builder())
                 .tcp_nodelay(true)
-                .layer(seqsvr_server::tls::auth_layer(tls.as_ref()))
+                .layer(seqsvr_tls::auth_layer(tls.as_ref()))
                 .add_service(crate::seq_service(served))
                 .serve_maybe_tls(listener, tls.as_ref(), std::future::pending())
                 .await

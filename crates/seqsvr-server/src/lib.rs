@@ -11,11 +11,6 @@ pub mod clock;
 pub mod grpc;
 pub mod metrics;
 
-/// The old path of `seqsvr-tls`, for code not moved to it yet (allocsvr's `service.rs`, being
-/// split); new code names `seqsvr_tls`.
-#[doc(hidden)]
-pub use seqsvr_tls as tls;
-
 pub use clock::BootInstant;
 
 use std::future::Future;
