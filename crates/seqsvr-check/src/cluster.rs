@@ -684,9 +684,20 @@ impl Cluster {
     /// SIGTERM by PID (a graceful stop), then waits for the process to exit, up to `WAIT_MAX`
     /// (then SIGKILL and panic). Returns its exit status.
     pub async fn terminate(&mut self, key: ProcKey) -> std::process::ExitStatus {
-        let mut child = self.proc_mut(key).child.take().expect("running");
+        self.sigterm(key);
+        self.wait_exit(key).await
+    }
+
+    /// Sends SIGTERM to a running process and returns at once (see [`Cluster::wait_exit`]).
+    pub fn sigterm(&self, key: ProcKey) {
+        let pid = self.proc(key).child.as_ref().expect("running").id() as i32;
         // SAFETY: plain kill(2) on a PID this process spawned and has not reaped.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+
+    /// Waits (bounded) for a process sent SIGTERM to exit, and reaps it.
+    pub async fn wait_exit(&mut self, key: ProcKey) -> std::process::ExitStatus {
+        let mut child = self.proc_mut(key).child.take().expect("running");
         let deadline = Instant::now() + WAIT_MAX;
         loop {
             if let Some(status) = child.try_wait().expect("wait for child") {
