@@ -185,23 +185,7 @@ pub fn owner_addr_in(table: &pb::RouteTable, uid: u64) -> Option<&str> {
     if uid < table.uid_begin || uid >= table.uid_end {
         return None;
     }
-    owner_entry(table, uid).map(|e| e.addr.as_str()).filter(|a| !a.is_empty())
-}
-
-fn owner_entry(table: &pb::RouteTable, uid: u64) -> Option<&pb::RouteEntry> {
-    owner_index(table, uid).map(|i| &table.entries[i])
-}
-
-/// The index of [`owner_entry`] in `table.entries`.
-fn owner_index(table: &pb::RouteTable, uid: u64) -> Option<usize> {
-    let section = uid / table.section_size.max(1);
-    // Entries come sorted by section; a table that is not falls back to a scan.
-    let i = table.entries.partition_point(|e| e.section_end <= section);
-    let hit = |e: &pb::RouteEntry| e.section_begin <= section && section < e.section_end;
-    match table.entries.get(i) {
-        Some(e) if hit(e) => Some(i),
-        _ => table.entries.iter().position(hit),
-    }
+    table.owner_of_uid(uid).map(|e| e.addr.as_str()).filter(|a| !a.is_empty())
 }
 
 /// One AllocSvr's coalescing task: once an in-flight slot is free, takes every call waiting (up
@@ -702,7 +686,7 @@ impl SeqClient {
         let routes = self.routes();
         let t = routes.tables.iter().position(|t| t.uid_begin <= uid && uid < t.uid_end)?;
         let table = &routes.tables[t];
-        Some(match owner_index(table, uid) {
+        Some(match table.owner_index_of_section(table.section_of(uid)) {
             Some(e) => Ok((routes.peers[t][e].clone(), table.version)),
             None => Err(Status::unavailable(format!(
                 "no AllocSvr serves uid {uid}'s section yet (route table v{} of set {})",
@@ -1105,7 +1089,7 @@ fn group_by_owner(
         let Some(table) = tables.iter().find(|t| t.uid_begin <= uid && uid < t.uid_end) else {
             return Err(uid);
         };
-        let Some(addr) = owner_entry(table, uid).map(|e| e.addr.as_str()) else {
+        let Some(addr) = table.owner_of_uid(uid).map(|e| e.addr.as_str()) else {
             groups.unrouted.push(i);
             continue;
         };
@@ -1224,7 +1208,7 @@ mod tests {
         let check = |c: &SeqClient| {
             for uid in 0..300u64 {
                 let t = c.table_for(uid).expect("every uid has a set");
-                let want = owner_entry(&t, uid).map(|e| e.addr.clone());
+                let want = t.owner_of_uid(uid).map(|e| e.addr.clone());
                 let got = c.route_of(uid).expect("a table").ok().map(|(p, v)| {
                     assert_eq!(v, t.version, "uid {uid}");
                     p.addr.clone()
@@ -1945,21 +1929,6 @@ mod tests {
             assert!((5..=30).contains(&calls), "batch {batch}: {calls} RPCs in {elapsed:?}");
             assert!(redirects <= 4 * (retries + 1), "batch {batch}: {stats:?}");
             assert!(retries >= 1, "batch {batch}: backed off at least once: {stats:?}");
-        }
-    }
-
-    /// The owner of a uid's section: the entry whose `[begin, end)` holds it, found in a table
-    /// sorted by section or not; none for a section in a gap.
-    #[test]
-    fn the_owner_entry_covers_the_section() {
-        let sorted = table(1, 1, (0, 100), vec![entry(0, 2, 1, "a"), entry(3, 5, 2, "b")]);
-        let mut unsorted = sorted.clone();
-        unsorted.entries.reverse();
-        for t in [&sorted, &unsorted] {
-            let owners: Vec<Option<&str>> = [5, 15, 25, 35, 45, 55]
-                .map(|uid| owner_entry(t, uid).map(|e| e.addr.as_str()))
-                .into();
-            assert_eq!(owners, [Some("a"), Some("a"), None, Some("b"), Some("b"), None]);
         }
     }
 }
