@@ -2293,17 +2293,7 @@ mod tests {
         let mut ids = IdsConfig::default();
         let err = layout_of(&ids, "orders", NOW_MS).unwrap_err();
         assert!(err.to_string().contains("no [ids.schemes]"), "{err}");
-        let config = |scheme| seqsvr_core::config::IdSchemeConfig {
-            scheme,
-            epoch_ms: None,
-            unit: None,
-            time_bits: None,
-            worker_bits: None,
-            seq_bits: None,
-            workers_per_set: None,
-            session_uid_begin: None,
-            session_uid_end: None,
-        };
+        let config = seqsvr_core::config::IdSchemeConfig::of;
         ids.schemes.insert("orders".into(), config(Scheme::Snowflake));
         ids.schemes.insert("events".into(), config(Scheme::UuidV7));
         ids.schemes.insert("old".into(), config(Scheme::UidGenerator));
