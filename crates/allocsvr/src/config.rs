@@ -7,16 +7,17 @@ use clap::Parser;
 use seqsvr_core::config::{default_listen, AllocTuning, ClusterConfig};
 use seqsvr_core::ids::{NodeId, SetId};
 use seqsvr_core::idscheme::Layout;
+use seqsvr_server::args::ServerArgs;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
 #[command(name = "allocsvr", version, about = "seqsvr AllocSvr: serves per-uid sequence numbers")]
+#[command(mut_arg("tls_cert", |a| a.help(TLS_CERT_HELP)))]
 pub struct Args {
-    /// The cluster config (TOML) shared by every process of the cluster.
-    #[arg(long, env = "SEQSVR_CONFIG")]
-    pub config: PathBuf,
+    /// `--config`, `--metrics-addr`, the TLS flags, `--insecure`, `--log-format`.
+    #[command(flatten)]
+    pub server: ServerArgs,
     /// The set this AllocSvr serves.
     #[arg(long, env = "SEQSVR_SET_ID")]
     pub set_id: u64,
@@ -36,26 +37,12 @@ pub struct Args {
     /// Override `alloc.request_timeout_ms`.
     #[arg(long, env = "SEQSVR_REQUEST_TIMEOUT_MS")]
     pub request_timeout_ms: Option<u64>,
-    /// Where to serve Prometheus metrics (`GET /metrics`): `auto` (the listen address with its
-    /// port + 10000), `off`, or HOST:PORT.
-    #[arg(long, env = "SEQSVR_METRICS_ADDR", default_value = "auto")]
-    pub metrics_addr: String,
-    /// This AllocSvr's certificate chain (PEM), required when the cluster file has `[tls]`: its
-    /// server identity towards clients and its client identity towards the store.
-    #[arg(long, env = "SEQSVR_TLS_CERT")]
-    pub tls_cert: Option<PathBuf>,
-    /// The private key of --tls-cert (PEM).
-    #[arg(long, env = "SEQSVR_TLS_KEY")]
-    pub tls_key: Option<PathBuf>,
-    /// Serve plaintext, with no role checks, when the cluster file has no `[tls]` section:
-    /// anyone who reaches the port can do anything. Without it (and without `[tls]`) the
-    /// server refuses to start. Logged at start and reported as `seqsvr_insecure` 1.
-    #[arg(long, env = "SEQSVR_INSECURE")]
-    pub insecure: bool,
-    /// Log format: `text` or `json`. Filter with RUST_LOG (default `info`).
-    #[arg(long, env = "SEQSVR_LOG_FORMAT", default_value = "text")]
-    pub log_format: String,
 }
+
+/// `--tls-cert`'s help for an AllocSvr.
+const TLS_CERT_HELP: &str =
+    "This AllocSvr's certificate chain (PEM), required when the cluster file has `[tls]`: its \
+server identity towards clients and its client identity towards the store";
 
 #[derive(Clone, Debug)]
 pub struct AllocConfig {
@@ -79,13 +66,11 @@ pub struct AllocConfig {
 
 impl AllocConfig {
     pub fn from_args(args: &Args) -> anyhow::Result<AllocConfig> {
-        let text = std::fs::read_to_string(&args.config)
-            .with_context(|| format!("cannot read cluster config {}", args.config.display()))?;
-        let cluster = ClusterConfig::from_toml_str(&text)
-            .with_context(|| format!("in {}", args.config.display()))?;
+        let server = &args.server;
+        let cluster = server.read_cluster()?;
         let set_id = SetId(args.set_id);
         let Some(set) = cluster.set(set_id) else {
-            bail!("set {set_id} is not in {}", args.config.display());
+            bail!("set {set_id} is not in {}", server.config.display());
         };
         let mut tuning = cluster.alloc.clone();
         if let Some(v) = args.step {
@@ -102,14 +87,14 @@ impl AllocConfig {
             bail!("--addr {:?} is not host:port", args.addr)
         };
         let listen = args.listen.unwrap_or(default);
-        let metrics = seqsvr_server::metrics::metrics_addr(&args.metrics_addr, listen)?;
+        let metrics = seqsvr_server::metrics::metrics_addr(&server.metrics_addr, listen)?;
         let tls = seqsvr_tls::TlsSetup::from_cluster(
             cluster.tls.as_ref(),
-            &args.config,
-            args.tls_cert.as_deref(),
-            args.tls_key.as_deref(),
+            &server.config,
+            server.tls_cert.as_deref(),
+            server.tls_key.as_deref(),
             seqsvr_tls::ServerKind::AllocSvr,
-            args.insecure,
+            server.insecure,
         )?;
         Ok(AllocConfig {
             set_id,
@@ -124,7 +109,7 @@ impl AllocConfig {
             max_batch_sections: cluster.store.max_batch_sections,
             tls,
             ids: IdSetup::from_cluster(&cluster, set_id, seqsvr_server::clock::unix_ms_now())
-                .with_context(|| format!("in {}", args.config.display()))?,
+                .with_context(|| format!("in {}", server.config.display()))?,
         })
     }
 }

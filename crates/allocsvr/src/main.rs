@@ -6,5 +6,9 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    seqsvr_server::serve(&args.log_format, || AllocConfig::from_args(&args), seqsvr_allocsvr::run)
+    seqsvr_server::serve(
+        &args.server.log_format,
+        || AllocConfig::from_args(&args),
+        seqsvr_allocsvr::run,
+    )
 }

@@ -117,9 +117,7 @@ impl NotOwner {
     /// NOT_OWNER of `section` under `route`.
     pub fn of(section: SectionId, route: &pb::RouteTable) -> Box<NotOwner> {
         let owner = route
-            .entries
-            .iter()
-            .find(|e| e.section_begin <= section.0 && section.0 < e.section_end)
+            .owner_of_section(section.0)
             .map(|e| format!("alloc {} at {}", e.alloc_id, e.addr))
             .unwrap_or_else(|| "not assigned yet".into());
         Box::new(NotOwner { section, owner, route: route.clone() })

@@ -176,17 +176,7 @@ fn use_admin_identity(tls: &TlsConfig) {
 pub fn test_ids_config() -> seqsvr_core::config::IdsConfig {
     use seqsvr_core::config::{IdSchemeConfig, IdsConfig};
     use seqsvr_core::idscheme::Scheme;
-    let plain = |scheme| IdSchemeConfig {
-        scheme,
-        epoch_ms: None,
-        unit: None,
-        time_bits: None,
-        worker_bits: None,
-        seq_bits: None,
-        workers_per_set: None,
-        session_uid_begin: None,
-        session_uid_end: None,
-    };
+    let plain = IdSchemeConfig::of;
     let mut schemes = BTreeMap::new();
     for scheme in [Scheme::Snowflake, Scheme::Weibo, Scheme::UuidV7, Scheme::RongCloud] {
         schemes.insert(scheme.name().to_string(), plain(scheme));

@@ -1341,8 +1341,8 @@ pub fn layout_of(ids: &IdsConfig, name: &str, now_ms: u64) -> Result<Layout, Sch
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fake_alloc::{self, FakeAlloc, TestStream};
     use pb::id_service_server::{IdService, IdServiceServer};
-    use pb::seq_service_server::{SeqService, SeqServiceServer};
     use seqsvr_core::idscheme::LayoutSpec;
     use std::collections::VecDeque;
     use std::sync::atomic::AtomicU64;
@@ -1437,57 +1437,25 @@ mod tests {
         }
     }
 
+    /// Its `SeqService` serves only `GetRouteTable`.
     #[tonic::async_trait]
-    impl SeqService for Handle {
-        async fn next(
-            &self,
-            _: tonic::Request<pb::NextRequest>,
-        ) -> Result<tonic::Response<pb::NextResponse>, Status> {
-            Err(Status::unimplemented("next"))
+    impl FakeAlloc for Fake {
+        fn route_table(&self) -> Option<pb::RouteTable> {
+            self.table.lock().unwrap().clone()
         }
 
-        async fn next_batch(
-            &self,
-            _: tonic::Request<pb::NextBatchRequest>,
-        ) -> Result<tonic::Response<pb::NextBatchResponse>, Status> {
-            Err(Status::unimplemented("next_batch"))
-        }
-
-        type NextStreamStream =
-            tokio_stream::wrappers::ReceiverStream<Result<pb::NextStreamReply, Status>>;
-
-        async fn next_stream(
-            &self,
-            _: tonic::Request<tonic::Streaming<pb::NextStreamRequest>>,
-        ) -> Result<tonic::Response<Self::NextStreamStream>, Status> {
+        fn next_stream(
+            self: Arc<Self>,
+            _: tonic::Streaming<pb::NextStreamRequest>,
+        ) -> Result<TestStream, Status> {
             Err(Status::unimplemented("next_stream"))
-        }
-
-        async fn current(
-            &self,
-            _: tonic::Request<pb::CurrentRequest>,
-        ) -> Result<tonic::Response<pb::CurrentResponse>, Status> {
-            Err(Status::unimplemented("current"))
-        }
-
-        async fn get_route_table(
-            &self,
-            _: tonic::Request<pb::GetRouteTableRequest>,
-        ) -> Result<tonic::Response<pb::GetRouteTableResponse>, Status> {
-            let route_table = self.0.table.lock().unwrap().clone();
-            Ok(tonic::Response::new(pb::GetRouteTableResponse { route_table }))
         }
     }
 
     async fn serve(fake: Arc<Fake>) -> String {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(IdServiceServer::new(Handle(fake.clone())))
-                .add_service(SeqServiceServer::new(Handle(fake)))
-                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
-        );
+        let (listener, addr) = fake_alloc::bind().await;
+        let ids = IdServiceServer::new(Handle(fake.clone()));
+        fake_alloc::serve_on(listener, fake, |r| r.add_service(ids));
         addr
     }
 
@@ -2293,17 +2261,7 @@ mod tests {
         let mut ids = IdsConfig::default();
         let err = layout_of(&ids, "orders", NOW_MS).unwrap_err();
         assert!(err.to_string().contains("no [ids.schemes]"), "{err}");
-        let config = |scheme| seqsvr_core::config::IdSchemeConfig {
-            scheme,
-            epoch_ms: None,
-            unit: None,
-            time_bits: None,
-            worker_bits: None,
-            seq_bits: None,
-            workers_per_set: None,
-            session_uid_begin: None,
-            session_uid_end: None,
-        };
+        let config = seqsvr_core::config::IdSchemeConfig::of;
         ids.schemes.insert("orders".into(), config(Scheme::Snowflake));
         ids.schemes.insert("events".into(), config(Scheme::UuidV7));
         ids.schemes.insert("old".into(), config(Scheme::UidGenerator));

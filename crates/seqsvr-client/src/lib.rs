@@ -11,7 +11,11 @@
 //! - [`retry`]: the one retry policy of both, and of the AllocSvr's loops: jittered exponential
 //!   back-off, a redirect budget, what is retryable, never past the caller's deadline.
 //! - [`tls`]: the process's client identity for mutual TLS; every channel above uses it.
+//! - `fake_alloc` (tests only): the one fake AllocSvr of the SDK's tests (`FakeAlloc`: a test
+//!   writes only the answers it needs; `serve` puts it on a loopback port).
 
+#[cfg(test)]
+mod fake_alloc;
 pub mod ids;
 pub mod retry;
 pub mod seq;

@@ -185,23 +185,7 @@ pub fn owner_addr_in(table: &pb::RouteTable, uid: u64) -> Option<&str> {
     if uid < table.uid_begin || uid >= table.uid_end {
         return None;
     }
-    owner_entry(table, uid).map(|e| e.addr.as_str()).filter(|a| !a.is_empty())
-}
-
-fn owner_entry(table: &pb::RouteTable, uid: u64) -> Option<&pb::RouteEntry> {
-    owner_index(table, uid).map(|i| &table.entries[i])
-}
-
-/// The index of [`owner_entry`] in `table.entries`.
-fn owner_index(table: &pb::RouteTable, uid: u64) -> Option<usize> {
-    let section = uid / table.section_size.max(1);
-    // Entries come sorted by section; a table that is not falls back to a scan.
-    let i = table.entries.partition_point(|e| e.section_end <= section);
-    let hit = |e: &pb::RouteEntry| e.section_begin <= section && section < e.section_end;
-    match table.entries.get(i) {
-        Some(e) if hit(e) => Some(i),
-        _ => table.entries.iter().position(hit),
-    }
+    table.owner_of_uid(uid).map(|e| e.addr.as_str()).filter(|a| !a.is_empty())
 }
 
 /// One AllocSvr's coalescing task: once an in-flight slot is free, takes every call waiting (up
@@ -702,7 +686,7 @@ impl SeqClient {
         let routes = self.routes();
         let t = routes.tables.iter().position(|t| t.uid_begin <= uid && uid < t.uid_end)?;
         let table = &routes.tables[t];
-        Some(match owner_index(table, uid) {
+        Some(match table.owner_index_of_section(table.section_of(uid)) {
             Some(e) => Ok((routes.peers[t][e].clone(), table.version)),
             None => Err(Status::unavailable(format!(
                 "no AllocSvr serves uid {uid}'s section yet (route table v{} of set {})",
@@ -1105,7 +1089,7 @@ fn group_by_owner(
         let Some(table) = tables.iter().find(|t| t.uid_begin <= uid && uid < t.uid_end) else {
             return Err(uid);
         };
-        let Some(addr) = owner_entry(table, uid).map(|e| e.addr.as_str()) else {
+        let Some(addr) = table.owner_of_uid(uid).map(|e| e.addr.as_str()) else {
             groups.unrouted.push(i);
             continue;
         };
@@ -1134,7 +1118,7 @@ fn group_by_owner(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pb::seq_service_server::{SeqService, SeqServiceServer};
+    use crate::fake_alloc::{self, FakeAlloc, TestStream};
     use std::sync::atomic::{AtomicU64, Ordering};
 
     const SECTION_SIZE: u64 = 10;
@@ -1224,7 +1208,7 @@ mod tests {
         let check = |c: &SeqClient| {
             for uid in 0..300u64 {
                 let t = c.table_for(uid).expect("every uid has a set");
-                let want = owner_entry(&t, uid).map(|e| e.addr.clone());
+                let want = t.owner_of_uid(uid).map(|e| e.addr.clone());
                 let got = c.route_of(uid).expect("a table").ok().map(|(p, v)| {
                     assert_eq!(v, t.version, "uid {uid}");
                     p.addr.clone()
@@ -1238,50 +1222,6 @@ mod tests {
         c.install(table(2, 1, (100, 200), vec![entry(10, 20, 1, "old")]));
         check(&c);
         assert_eq!(c.route_of(140).expect("a table").expect("owned").0.addr, "b1");
-    }
-
-    type TestStream = tokio_stream::wrappers::ReceiverStream<Result<pb::NextStreamReply, Status>>;
-
-    /// Serves a `NextStream` as the AllocSvr does, each batch through `svc.next_batch` with
-    /// `independent` set (a failed batch is answered with its code, message and route table).
-    pub(crate) fn stream_by_next_batch<S: SeqService>(
-        svc: S,
-        request: tonic::Request<tonic::Streaming<pb::NextStreamRequest>>,
-    ) -> Result<tonic::Response<TestStream>, Status> {
-        let mut incoming = request.into_inner();
-        let (replies, out) = mpsc::channel(16);
-        tokio::spawn(async move {
-            while let Ok(Some(b)) = incoming.message().await {
-                let batch = pb::NextBatchRequest {
-                    uids: b.uids,
-                    route_version: b.route_version,
-                    independent: true,
-                };
-                let reply = match svc.next_batch(tonic::Request::new(batch)).await {
-                    Ok(r) => {
-                        let r = r.into_inner();
-                        pb::NextStreamReply {
-                            batch_id: b.batch_id,
-                            seqs: r.seqs,
-                            route_table: r.route_table,
-                            code: 0,
-                            message: String::new(),
-                        }
-                    }
-                    Err(status) => pb::NextStreamReply {
-                        batch_id: b.batch_id,
-                        seqs: Vec::new(),
-                        route_table: route_table_of(&status),
-                        code: status.code() as i32,
-                        message: status.message().to_string(),
-                    },
-                };
-                if replies.send(Ok(reply)).await.is_err() {
-                    return;
-                }
-            }
-        });
-        Ok(tonic::Response::new(tokio_stream::wrappers::ReceiverStream::new(out)))
     }
 
     /// An in-process AllocSvr: serves `next_batch` for the sections it owns (all or nothing),
@@ -1318,34 +1258,19 @@ mod tests {
         }
     }
 
-    /// The service handle of a `Fake` (the test keeps another to change its state).
-    struct Handle(Arc<Fake>);
-
-    impl std::ops::Deref for Handle {
-        type Target = Fake;
-
-        fn deref(&self) -> &Fake {
-            &self.0
-        }
-    }
-
     #[tonic::async_trait]
-    impl SeqService for Handle {
-        async fn next(
-            &self,
-            _: tonic::Request<pb::NextRequest>,
-        ) -> Result<tonic::Response<pb::NextResponse>, Status> {
-            Err(Status::unimplemented("next"))
+    impl FakeAlloc for Fake {
+        fn route_table(&self) -> Option<pb::RouteTable> {
+            Some(self.table.lock().unwrap().clone())
         }
 
         async fn next_batch(
             &self,
-            request: tonic::Request<pb::NextBatchRequest>,
-        ) -> Result<tonic::Response<pb::NextBatchResponse>, Status> {
+            r: pb::NextBatchRequest,
+        ) -> Result<pb::NextBatchResponse, Status> {
             use prost::Message as _;
             self.calls.fetch_add(1, Ordering::SeqCst);
             let _ = self.stall.subscribe().wait_for(|stalled| !stalled).await;
-            let r = request.into_inner();
             let table = self.table.lock().unwrap().clone();
             let owned = self.owned.lock().unwrap().clone();
             if let Some(uid) = r.uids.iter().find(|&&u| !owned.contains(&(u / SECTION_SIZE))) {
@@ -1358,47 +1283,23 @@ mod tests {
             }
             let seqs = r.uids.iter().map(|_| self.next.fetch_add(1, Ordering::SeqCst)).collect();
             let route_table = (r.route_version < table.version).then_some(table);
-            Ok(tonic::Response::new(pb::NextBatchResponse { seqs, route_table }))
+            Ok(pb::NextBatchResponse { seqs, route_table })
         }
 
-        type NextStreamStream = TestStream;
-
-        async fn next_stream(
-            &self,
-            request: tonic::Request<tonic::Streaming<pb::NextStreamRequest>>,
-        ) -> Result<tonic::Response<TestStream>, Status> {
+        fn next_stream(
+            self: Arc<Self>,
+            request: tonic::Streaming<pb::NextStreamRequest>,
+        ) -> Result<TestStream, Status> {
             if self.no_streams.load(Ordering::SeqCst) {
                 return Err(Status::unimplemented("NextStream"));
             }
             self.streams.fetch_add(1, Ordering::SeqCst);
-            stream_by_next_batch(Handle(self.0.clone()), request)
-        }
-
-        async fn current(
-            &self,
-            _: tonic::Request<pb::CurrentRequest>,
-        ) -> Result<tonic::Response<pb::CurrentResponse>, Status> {
-            Err(Status::unimplemented("current"))
-        }
-
-        async fn get_route_table(
-            &self,
-            _: tonic::Request<pb::GetRouteTableRequest>,
-        ) -> Result<tonic::Response<pb::GetRouteTableResponse>, Status> {
-            let route_table = Some(self.table.lock().unwrap().clone());
-            Ok(tonic::Response::new(pb::GetRouteTableResponse { route_table }))
+            Ok(fake_alloc::stream_by_next_batch(self, request))
         }
     }
 
     async fn serve(fake: Arc<Fake>) -> String {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(SeqServiceServer::new(Handle(fake)))
-                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
-        );
-        addr
+        fake_alloc::serve(fake).await
     }
 
     /// The coalescing queue of one AllocSvr holds at most `max_queued` calls: while the
@@ -1519,28 +1420,15 @@ mod tests {
     }
 
     #[tonic::async_trait]
-    impl SeqService for Reorder {
-        async fn next(
-            &self,
-            _: tonic::Request<pb::NextRequest>,
-        ) -> Result<tonic::Response<pb::NextResponse>, Status> {
-            Err(Status::unimplemented("next"))
+    impl FakeAlloc for Reorder {
+        fn route_table(&self) -> Option<pb::RouteTable> {
+            Some(self.table.clone())
         }
 
-        async fn next_batch(
-            &self,
-            _: tonic::Request<pb::NextBatchRequest>,
-        ) -> Result<tonic::Response<pb::NextBatchResponse>, Status> {
-            Err(Status::unimplemented("next_batch"))
-        }
-
-        type NextStreamStream = TestStream;
-
-        async fn next_stream(
-            &self,
-            request: tonic::Request<tonic::Streaming<pb::NextStreamRequest>>,
-        ) -> Result<tonic::Response<TestStream>, Status> {
-            let mut incoming = request.into_inner();
+        fn next_stream(
+            self: Arc<Self>,
+            mut incoming: tonic::Streaming<pb::NextStreamRequest>,
+        ) -> Result<TestStream, Status> {
             let (replies, out) = mpsc::channel(16);
             tokio::spawn(async move {
                 let mut held = Vec::new();
@@ -1564,23 +1452,7 @@ mod tests {
                     }
                 }
             });
-            Ok(tonic::Response::new(tokio_stream::wrappers::ReceiverStream::new(out)))
-        }
-
-        async fn current(
-            &self,
-            _: tonic::Request<pb::CurrentRequest>,
-        ) -> Result<tonic::Response<pb::CurrentResponse>, Status> {
-            Err(Status::unimplemented("current"))
-        }
-
-        async fn get_route_table(
-            &self,
-            _: tonic::Request<pb::GetRouteTableRequest>,
-        ) -> Result<tonic::Response<pb::GetRouteTableResponse>, Status> {
-            Ok(tonic::Response::new(pb::GetRouteTableResponse {
-                route_table: Some(self.table.clone()),
-            }))
+            Ok(tokio_stream::wrappers::ReceiverStream::new(out))
         }
     }
 
@@ -1589,14 +1461,9 @@ mod tests {
     /// order would hand uid 1's value to uid 2's caller and back).
     #[tokio::test]
     async fn stream_replies_out_of_order_reach_their_own_callers() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
+        let (listener, addr) = fake_alloc::bind().await;
         let fake = Reorder { table: table(1, 1, (0, 100), vec![entry(0, 10, 1, &addr)]) };
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(SeqServiceServer::new(fake))
-                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
-        );
+        fake_alloc::serve_on(listener, Arc::new(fake), |r| r);
         let c = Arc::new(SeqClient::connect(&[addr], Duration::from_secs(5)).await.unwrap());
         let first = tokio::spawn({
             let c = c.clone();
@@ -1686,55 +1553,29 @@ mod tests {
         calls: AtomicU64,
     }
 
-    struct ScriptedHandle(Arc<Scripted>);
-
     #[tonic::async_trait]
-    impl SeqService for ScriptedHandle {
-        async fn next(
-            &self,
-            _: tonic::Request<pb::NextRequest>,
-        ) -> Result<tonic::Response<pb::NextResponse>, Status> {
-            self.0.calls.fetch_add(1, Ordering::SeqCst);
-            let scripted = self.0.nexts.lock().unwrap().pop_front();
-            let seq = scripted.unwrap_or_else(|| Ok(self.0.next.fetch_add(1, Ordering::SeqCst)))?;
-            Ok(tonic::Response::new(pb::NextResponse { seq, route_table: None }))
+    impl FakeAlloc for Scripted {
+        fn route_table(&self) -> Option<pb::RouteTable> {
+            Some(self.table.lock().unwrap().clone())
+        }
+
+        async fn next(&self, _: pb::NextRequest) -> Result<pb::NextResponse, Status> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let scripted = self.nexts.lock().unwrap().pop_front();
+            let seq = scripted.unwrap_or_else(|| Ok(self.next.fetch_add(1, Ordering::SeqCst)))?;
+            Ok(pb::NextResponse { seq, route_table: None })
         }
 
         async fn next_batch(
             &self,
-            request: tonic::Request<pb::NextBatchRequest>,
-        ) -> Result<tonic::Response<pb::NextBatchResponse>, Status> {
-            self.0.calls.fetch_add(1, Ordering::SeqCst);
-            let r = request.into_inner();
-            let seqs = match self.0.batches.lock().unwrap().pop_front() {
+            r: pb::NextBatchRequest,
+        ) -> Result<pb::NextBatchResponse, Status> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let seqs = match self.batches.lock().unwrap().pop_front() {
                 Some(scripted) => scripted?,
-                None => r.uids.iter().map(|_| self.0.next.fetch_add(1, Ordering::SeqCst)).collect(),
+                None => r.uids.iter().map(|_| self.next.fetch_add(1, Ordering::SeqCst)).collect(),
             };
-            Ok(tonic::Response::new(pb::NextBatchResponse { seqs, route_table: None }))
-        }
-
-        type NextStreamStream = TestStream;
-
-        async fn next_stream(
-            &self,
-            request: tonic::Request<tonic::Streaming<pb::NextStreamRequest>>,
-        ) -> Result<tonic::Response<TestStream>, Status> {
-            stream_by_next_batch(ScriptedHandle(self.0.clone()), request)
-        }
-
-        async fn current(
-            &self,
-            _: tonic::Request<pb::CurrentRequest>,
-        ) -> Result<tonic::Response<pb::CurrentResponse>, Status> {
-            Err(Status::unimplemented("current"))
-        }
-
-        async fn get_route_table(
-            &self,
-            _: tonic::Request<pb::GetRouteTableRequest>,
-        ) -> Result<tonic::Response<pb::GetRouteTableResponse>, Status> {
-            let route_table = Some(self.0.table.lock().unwrap().clone());
-            Ok(tonic::Response::new(pb::GetRouteTableResponse { route_table }))
+            Ok(pb::NextBatchResponse { seqs, route_table: None })
         }
     }
 
@@ -1751,14 +1592,9 @@ mod tests {
             next: AtomicU64::new(1000),
             calls: AtomicU64::new(0),
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
+        let (listener, addr) = fake_alloc::bind().await;
         *fake.table.lock().unwrap() = table(1, 1, (0, 100), vec![entry(0, 10, 1, &addr)]);
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(SeqServiceServer::new(ScriptedHandle(fake.clone())))
-                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
-        );
+        fake_alloc::serve_on(listener, fake.clone(), |r| r);
         let c = SeqClient::connect(&[addr], Duration::from_secs(5)).await.unwrap();
         (c, fake)
     }
@@ -1848,47 +1684,25 @@ mod tests {
         }
     }
 
-    struct PingPongHandle(Arc<PingPong>);
-
     #[tonic::async_trait]
-    impl SeqService for PingPongHandle {
-        async fn next(
-            &self,
-            _: tonic::Request<pb::NextRequest>,
-        ) -> Result<tonic::Response<pb::NextResponse>, Status> {
-            Err(self.0.not_owner())
+    impl FakeAlloc for PingPong {
+        fn route_table(&self) -> Option<pb::RouteTable> {
+            Some(self.table())
+        }
+
+        async fn next(&self, _: pb::NextRequest) -> Result<pb::NextResponse, Status> {
+            Err(self.not_owner())
         }
 
         async fn next_batch(
             &self,
-            _: tonic::Request<pb::NextBatchRequest>,
-        ) -> Result<tonic::Response<pb::NextBatchResponse>, Status> {
-            Err(self.0.not_owner())
+            _: pb::NextBatchRequest,
+        ) -> Result<pb::NextBatchResponse, Status> {
+            Err(self.not_owner())
         }
 
-        type NextStreamStream = TestStream;
-
-        async fn next_stream(
-            &self,
-            request: tonic::Request<tonic::Streaming<pb::NextStreamRequest>>,
-        ) -> Result<tonic::Response<TestStream>, Status> {
-            stream_by_next_batch(PingPongHandle(self.0.clone()), request)
-        }
-
-        async fn current(
-            &self,
-            _: tonic::Request<pb::CurrentRequest>,
-        ) -> Result<tonic::Response<pb::CurrentResponse>, Status> {
-            Err(self.0.not_owner())
-        }
-
-        async fn get_route_table(
-            &self,
-            _: tonic::Request<pb::GetRouteTableRequest>,
-        ) -> Result<tonic::Response<pb::GetRouteTableResponse>, Status> {
-            Ok(tonic::Response::new(pb::GetRouteTableResponse {
-                route_table: Some(self.0.table()),
-            }))
+        async fn current(&self, _: pb::CurrentRequest) -> Result<pb::CurrentResponse, Status> {
+            Err(self.not_owner())
         }
     }
 
@@ -1911,13 +1725,7 @@ mod tests {
             .collect();
         let mut addrs = Vec::new();
         for fake in &fakes {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            addrs.push(listener.local_addr().unwrap().to_string());
-            tokio::spawn(
-                tonic::transport::Server::builder()
-                    .add_service(SeqServiceServer::new(PingPongHandle(fake.clone())))
-                    .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
-            );
+            addrs.push(fake_alloc::serve(fake.clone()).await);
         }
         *fakes[0].other.lock().unwrap() = addrs[1].clone();
         *fakes[1].other.lock().unwrap() = addrs[0].clone();
@@ -1945,21 +1753,6 @@ mod tests {
             assert!((5..=30).contains(&calls), "batch {batch}: {calls} RPCs in {elapsed:?}");
             assert!(redirects <= 4 * (retries + 1), "batch {batch}: {stats:?}");
             assert!(retries >= 1, "batch {batch}: backed off at least once: {stats:?}");
-        }
-    }
-
-    /// The owner of a uid's section: the entry whose `[begin, end)` holds it, found in a table
-    /// sorted by section or not; none for a section in a gap.
-    #[test]
-    fn the_owner_entry_covers_the_section() {
-        let sorted = table(1, 1, (0, 100), vec![entry(0, 2, 1, "a"), entry(3, 5, 2, "b")]);
-        let mut unsorted = sorted.clone();
-        unsorted.entries.reverse();
-        for t in [&sorted, &unsorted] {
-            let owners: Vec<Option<&str>> = [5, 15, 25, 35, 45, 55]
-                .map(|uid| owner_entry(t, uid).map(|e| e.addr.as_str()))
-                .into();
-            assert_eq!(owners, [Some("a"), Some("a"), None, Some("b"), Some("b"), None]);
         }
     }
 }

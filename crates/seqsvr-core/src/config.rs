@@ -145,6 +145,22 @@ pub fn session_uid(uids: std::ops::Range<u64>, key: u64) -> u64 {
 pub const DEFAULT_WORKER_SHARES: u64 = 8;
 
 impl IdSchemeConfig {
+    /// `scheme` with every setting left to its default (what `[ids.schemes.NAME]` with only
+    /// `scheme = "…"` loads as).
+    pub fn of(scheme: crate::idscheme::Scheme) -> IdSchemeConfig {
+        IdSchemeConfig {
+            scheme,
+            epoch_ms: None,
+            unit: None,
+            time_bits: None,
+            worker_bits: None,
+            seq_bits: None,
+            workers_per_set: None,
+            session_uid_begin: None,
+            session_uid_end: None,
+        }
+    }
+
     pub fn layout_spec(&self) -> crate::idscheme::LayoutSpec {
         crate::idscheme::LayoutSpec {
             scheme: self.scheme,
@@ -886,17 +902,7 @@ mod tests {
     fn worker_pools_follow_the_set_id_and_bad_id_settings_are_refused() {
         use crate::idscheme::Scheme;
         let now_ms = 1_796_000_000_000;
-        let scheme = |s| IdSchemeConfig {
-            scheme: s,
-            epoch_ms: None,
-            unit: None,
-            time_bits: None,
-            worker_bits: None,
-            seq_bits: None,
-            workers_per_set: None,
-            session_uid_begin: None,
-            session_uid_end: None,
-        };
+        let scheme = IdSchemeConfig::of;
         let snowflake = scheme(Scheme::Snowflake);
         let layout = snowflake.layout_spec().load(now_ms).unwrap();
         assert_eq!(snowflake.worker_pool(&layout, SetId(0)), Ok(0..128));
@@ -940,15 +946,9 @@ mod tests {
             allocs: Vec::new(),
         };
         let rong = |b: Option<u64>, e: Option<u64>| IdSchemeConfig {
-            scheme: crate::idscheme::Scheme::RongCloud,
-            epoch_ms: None,
-            unit: None,
-            time_bits: None,
-            worker_bits: None,
-            seq_bits: None,
-            workers_per_set: None,
             session_uid_begin: b,
             session_uid_end: e,
+            ..IdSchemeConfig::of(crate::idscheme::Scheme::RongCloud)
         };
         let load = |scheme: IdSchemeConfig, sets: &[SetConfig]| {
             let mut ids = IdsConfig::default();

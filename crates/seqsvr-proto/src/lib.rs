@@ -12,6 +12,9 @@ pub mod v1 {
         tonic::include_file_descriptor_set!("seqsvr_v1_descriptor");
 }
 
+/// The section → owner lookup on `v1::RouteTable` (inherent methods: `owner_of_section`, …).
+mod route;
+
 /// gRPC metadata key a non-leader StoreSvr sets on its UNAVAILABLE answer: the leader's member id.
 pub const LEADER_ID_METADATA: &str = "seqsvr-leader-id";
 /// gRPC metadata key a non-leader StoreSvr sets on its UNAVAILABLE answer: the leader's address.

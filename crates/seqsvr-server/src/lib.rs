@@ -2,11 +2,13 @@
 //! SIGTERM/Ctrl-C as the shutdown signal, and refusing to start a teeth build by accident.
 //! Binaries stay thin: parse flags, build a config, call [`serve`].
 //!
+//! [`args`]: the flags both server binaries share ([`args::ServerArgs`]).
 //! [`clock`]: the clock leases are measured on (`CLOCK_BOOTTIME`, which counts suspends).
 //! [`metrics`]: the Prometheus exporter (`--metrics-addr`).
 //! [`grpc`]: reflection (v1 and v1alpha) and a health reporter every server shares.
 //! Mutual TLS and the role check are `seqsvr-tls`'s.
 
+pub mod args;
 pub mod clock;
 pub mod grpc;
 pub mod metrics;

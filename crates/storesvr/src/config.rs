@@ -6,15 +6,17 @@ use clap::Parser;
 use seqsvr_core::config::{default_listen, AllocTuning, ClusterConfig, StoreTuning};
 use seqsvr_core::ids::{NodeId, SetId};
 use seqsvr_core::section::SectionRange;
+use seqsvr_server::args::ServerArgs;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
 #[command(name = "storesvr", version, about = "seqsvr StoreSvr: one member of a set's Raft group")]
+#[command(mut_arg("tls_cert", |a| a.help(TLS_CERT_HELP)))]
 pub struct Args {
-    /// The cluster config (TOML) shared by every process of the cluster.
-    #[arg(long, env = "SEQSVR_CONFIG")]
-    pub config: PathBuf,
+    /// `--config`, `--metrics-addr`, the TLS flags, `--insecure`, `--log-format`.
+    #[command(flatten)]
+    pub server: ServerArgs,
     /// The set this member belongs to.
     #[arg(long, env = "SEQSVR_SET_ID")]
     pub set_id: u64,
@@ -59,26 +61,12 @@ pub struct Args {
     /// `addr` in the cluster file; required for a member the file does not list (one added later).
     #[arg(long, env = "SEQSVR_ADDR")]
     pub addr: Option<String>,
-    /// Where to serve Prometheus metrics (`GET /metrics`): `auto` (the listen address with its
-    /// port + 10000), `off`, or HOST:PORT.
-    #[arg(long, env = "SEQSVR_METRICS_ADDR", default_value = "auto")]
-    pub metrics_addr: String,
-    /// This member's certificate chain (PEM), required when the cluster file has `[tls]`: its
-    /// server identity, and its client identity towards its peers. Re-read when it changes.
-    #[arg(long, env = "SEQSVR_TLS_CERT")]
-    pub tls_cert: Option<PathBuf>,
-    /// The private key of --tls-cert (PEM).
-    #[arg(long, env = "SEQSVR_TLS_KEY")]
-    pub tls_key: Option<PathBuf>,
-    /// Serve plaintext, with no role checks, when the cluster file has no `[tls]` section:
-    /// anyone who reaches the port can do anything. Without it (and without `[tls]`) the
-    /// server refuses to start. Logged at start and reported as `seqsvr_insecure` 1.
-    #[arg(long, env = "SEQSVR_INSECURE")]
-    pub insecure: bool,
-    /// Log format: `text` or `json`. Filter with RUST_LOG (default `info`).
-    #[arg(long, env = "SEQSVR_LOG_FORMAT", default_value = "text")]
-    pub log_format: String,
 }
+
+/// `--tls-cert`'s help for a StoreSvr member.
+const TLS_CERT_HELP: &str =
+    "This member's certificate chain (PEM), required when the cluster file has `[tls]`: its \
+server identity, and its client identity towards its peers. Re-read when it changes";
 
 /// What an empty data dir means; see `Args::initial_cluster_state`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -151,27 +139,25 @@ pub fn scheme_records(
 
 impl NodeConfig {
     pub fn from_args(args: &Args) -> anyhow::Result<NodeConfig> {
-        let text = std::fs::read_to_string(&args.config)
-            .with_context(|| format!("cannot read cluster config {}", args.config.display()))?;
-        let cluster = ClusterConfig::from_toml_str(&text)
-            .with_context(|| format!("in {}", args.config.display()))?;
+        let server = &args.server;
+        let cluster = server.read_cluster()?;
         let set_id = SetId(args.set_id);
         let node_id = NodeId(args.node_id);
         let Some(set) = cluster.set(set_id) else {
-            bail!("set {set_id} is not in {}", args.config.display());
+            bail!("set {set_id} is not in {}", server.config.display());
         };
         let addr = match (set.member(node_id), &args.addr) {
             (_, Some(addr)) => addr.clone(),
             (Some(me), None) => me.addr.clone(),
             (None, None) => bail!(
                 "set {set_id} in {} does not list member {node_id}: a member added later needs                  --addr HOST:PORT (the address the others dial)",
-                args.config.display()
+                server.config.display()
             ),
         };
         if set.member(node_id).is_none() && args.initial_cluster_state == InitialClusterState::New {
             bail!(
                 "member {node_id} is not one of set {set_id}'s initial members in {}, so it                  cannot create the set (--initial-cluster-state new); start it with `existing`                  and add it with `seqctl store add-learner`",
-                args.config.display()
+                server.config.display()
             );
         }
         // The marker outranks `new`: the set was created before, so an empty data dir is a lost
@@ -210,14 +196,14 @@ impl NodeConfig {
             bail!("member addr {addr:?} is not host:port");
         };
         let listen = args.listen.unwrap_or(default);
-        let metrics = seqsvr_server::metrics::metrics_addr(&args.metrics_addr, listen)?;
+        let metrics = seqsvr_server::metrics::metrics_addr(&server.metrics_addr, listen)?;
         let tls = seqsvr_tls::TlsSetup::from_cluster(
             cluster.tls.as_ref(),
-            &args.config,
-            args.tls_cert.as_deref(),
-            args.tls_key.as_deref(),
+            &server.config,
+            server.tls_cert.as_deref(),
+            server.tls_key.as_deref(),
             seqsvr_tls::ServerKind::StoreSvr { set: set_id },
-            args.insecure,
+            server.insecure,
         )?;
         Ok(NodeConfig {
             set_id,
@@ -238,7 +224,7 @@ impl NodeConfig {
             lease: cluster.alloc.clone(),
             tls,
             scheme_records: scheme_records(&cluster, set_id)
-                .with_context(|| format!("in {}", args.config.display()))?,
+                .with_context(|| format!("in {}", server.config.display()))?,
             max_reserve_ahead_ms: cluster
                 .ids
                 .reserve_ms

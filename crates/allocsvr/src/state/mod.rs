@@ -102,9 +102,7 @@ impl Inner {
     /// may be in progress even though we cannot serve it yet).
     pub fn routed_here(&self, section: SectionId, alloc: Option<AllocId>) -> bool {
         let Some(alloc) = alloc else { return false };
-        self.route.entries.iter().any(|e| {
-            e.alloc_id == alloc.0 && e.section_begin <= section.0 && section.0 < e.section_end
-        })
+        self.route.owner_of_section(section.0).is_some_and(|e| e.alloc_id == alloc.0)
     }
 }
 
