@@ -65,6 +65,7 @@ step "nemesis 100 s (every fault kind)" "$SEQSVR_BIN/seqcheck" nemesis --seconds
 # one switch on at a time (SEQSVR_TEETH=name), must be caught. (The normal build passing
 # `seqcheck lost-disk` is cluster test t90.)
 step "teeth build" build_teeth_bins
+step "no teeth in release bins (restored)" check_no_teeth_names "$SEQSVR_BIN"/{storesvr,allocsvr,seqctl}
 TEETH_DIR=$CARGO_TARGET_DIR/teeth
 # A teeth run must make a seqcheck run report a violation (exit 1); anything else, a pass (0)
 # or a run that could not be carried out (2), fails the suite.

@@ -492,6 +492,8 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Summary> {
             }
             Err(e) => {
                 eprintln!();
+                fault_violations
+                    .append(&mut ctx.violations.lock().unwrap_or_else(|e| e.into_inner()));
                 run_error =
                     Some(e.context(format!("during {} on set {}", fault.kind.name(), fault.set)));
                 break;
@@ -543,6 +545,12 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Summary> {
         eprintln!("cluster data and logs kept in {}", cluster.dir.path().display());
     }
     if let Some(e) = run_error {
+        if !summary.report.is_valid() {
+            // A violation outranks a run that could not finish: report it (exit 1), and say
+            // why the run stopped.
+            eprintln!("\nthe run also stopped early: {e:#}");
+            return Ok(summary);
+        }
         eprintln!("\n{}", summary.table());
         return Err(e);
     }
