@@ -468,7 +468,10 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Summary> {
             anomaly: AtomicBool::new(false),
             violations: Mutex::new(Vec::new()),
         };
-        match run_fault(&mut cluster, &fault, &ctx, &load.ok).await {
+        let ran = run_fault(&mut cluster, &fault, &ctx, &load.ok).await;
+        // What the fault saw itself counts whether or not it could finish.
+        fault_violations.append(&mut ctx.violations.lock().unwrap_or_else(|e| e.into_inner()));
+        match ran {
             Ok((at_s, attempts, result)) => {
                 let t = tally.entry(fault.kind).or_default();
                 t.retried += u64::from(attempts - 1);
@@ -480,8 +483,6 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Summary> {
                     }
                 }
                 anomalies |= ctx.anomaly.load(Ordering::SeqCst);
-                fault_violations
-                    .append(&mut ctx.violations.lock().unwrap_or_else(|e| e.into_inner()));
                 records.push(FaultRecord {
                     at_s,
                     fault,
@@ -492,8 +493,6 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Summary> {
             }
             Err(e) => {
                 eprintln!();
-                fault_violations
-                    .append(&mut ctx.violations.lock().unwrap_or_else(|e| e.into_inner()));
                 run_error =
                     Some(e.context(format!("during {} on set {}", fault.kind.name(), fault.set)));
                 break;
