@@ -153,6 +153,9 @@ step "teeth release-before-stop" expect_test_caught release-before-stop \
 # owner serves, unless only the registering identity may release.
 step "teeth no-holder-check" expect_test_caught no-holder-check t95_teeth_foreign_release \
   "I1/I3 violated"
+# A section_size changed under a set's data (issue 30): uid 150 moves to a section never
+# advanced, unless the set's recorded layout refuses the changed cluster file.
+step "teeth no-layout-check" expect_test_caught no-layout-check t95_teeth_layout "I1 violated"
 # Ids (issue 10): a worker id handed on while its cut-off holder may still issue, and a new
 # holder that starts from its clock (set back) instead of above the persisted high-water mark.
 step "teeth no-worker-wait" expect_test_caught no-worker-wait t95_teeth_worker_wait \

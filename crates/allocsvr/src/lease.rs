@@ -18,7 +18,7 @@ use crate::state::{lease_end, Shared};
 use seqsvr_client::retry::RetryPolicy;
 use seqsvr_core::ids::{AllocId, LeaseEpoch, SectionId};
 use seqsvr_core::section::SectionRange;
-use seqsvr_core::store::SectionAdvance;
+use seqsvr_core::store::{SectionAdvance, SetLayout};
 use seqsvr_core::teeth::Tooth;
 use seqsvr_proto::v1 as pb;
 use seqsvr_server::BootInstant;
@@ -70,8 +70,16 @@ pub async fn lease_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 if last_error.take().is_some() {
                     tracing::info!(alloc = %alloc, "lease renewed again");
                 }
-                backoff.reset();
-                install_grant(&shared, alloc, sent_boot, received_boot, reply);
+                if let Some(why) = layout_refusal(&shared.config, &reply) {
+                    // No grant under another layout: this AllocSvr's sections are not the
+                    // store's (a uid would be served from another section's max_seq).
+                    shared.metrics.heartbeats_failed.increment(1);
+                    let status = tonic::Status::failed_precondition(why);
+                    note_error(&mut last_error, "grant refused: serving nothing", &status);
+                } else {
+                    backoff.reset();
+                    install_grant(&shared, alloc, sent_boot, received_boot, reply);
+                }
             }
             // PERMISSION_DENIED: the registration is not this process's identity's (made before
             // identities were recorded, or under a certificate name the cluster file no longer
@@ -121,6 +129,29 @@ pub async fn lease_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             _ = stop.changed() => return,
         }
     }
+}
+
+/// Why a heartbeat's grant must not be taken: its route table maps uids to sections otherwise
+/// than this AllocSvr's cluster config (`section_size`, the set's uid range), which would serve a
+/// uid from another section's `max_seq`. A reply without a table (ours is current) passes: the
+/// table we installed was checked when it came.
+fn layout_refusal(
+    config: &crate::config::AllocConfig,
+    reply: &pb::HeartbeatResponse,
+) -> Option<String> {
+    let table = reply.route_table.as_ref()?;
+    let theirs = SetLayout {
+        section_size: table.section_size,
+        uid_begin: table.uid_begin,
+        uid_end: table.uid_end,
+    };
+    let ours = SetLayout {
+        section_size: config.section_size,
+        uid_begin: config.uid_begin,
+        uid_end: config.uid_end,
+    };
+    let why = SetLayout::mismatch(Some(&theirs), &ours)?;
+    Some(format!("the store's route table for set {}: {why}", table.set_id))
 }
 
 /// The least time between the sends of two heartbeats when one is asked for early.
@@ -348,6 +379,31 @@ mod tests {
         assert!(!pairs_with(&batch, &[(SectionId(2), 100), (SectionId(1), 120)]), "order");
         assert!(!pairs_with(&batch, &[(SectionId(1), 100)]), "too few");
         assert!(!pairs_with(&batch, &[(SectionId(1), 1), (SectionId(2), 1), (SectionId(3), 1)]));
+    }
+
+    /// A grant whose route table maps uids otherwise than our config (a halved
+    /// `section_size`, a moved uid range) is not taken; the same layout, or a reply without a
+    /// table, is.
+    #[test]
+    fn a_grant_under_another_layout_is_refused() {
+        let config = crate::config::AllocConfig::for_tests(); // uids [0, 100), sections of 10
+        let reply = |section_size, uid_begin, uid_end| pb::HeartbeatResponse {
+            route_table: Some(pb::RouteTable {
+                set_id: 1,
+                version: 2,
+                uid_begin,
+                uid_end,
+                section_size,
+                entries: Vec::new(),
+            }),
+            ..Default::default()
+        };
+        assert_eq!(layout_refusal(&config, &reply(10, 0, 100)), None);
+        assert_eq!(layout_refusal(&config, &pb::HeartbeatResponse::default()), None);
+        let why = layout_refusal(&config, &reply(5, 0, 100)).expect("a halved section size");
+        assert!(why.contains("section_size 5") && why.contains("section_size 10"), "{why}");
+        assert!(layout_refusal(&config, &reply(10, 0, 200)).is_some(), "another uid range");
+        assert!(layout_refusal(&config, &reply(10, 50, 100)).is_some(), "another uid range");
     }
 
     // Tests written for survivors of the mutation run (docs/reliability/mutants.md).

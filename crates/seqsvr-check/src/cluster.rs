@@ -662,6 +662,20 @@ impl Cluster {
         self.proc_mut(key).removed = removed;
     }
 
+    /// Rewrites the cluster file and every process's own view of it with `change` applied (an
+    /// operator editing the file): each process reads it at its next start.
+    pub fn edit_config(&mut self, change: impl Fn(&mut ClusterConfig)) {
+        let paths = std::iter::once(self.config_path.clone())
+            .chain(self.procs.iter().map(|p| p.config_path.clone()));
+        for path in paths {
+            let text = std::fs::read_to_string(&path).expect("read a cluster file");
+            let mut config = ClusterConfig::from_toml_str(&text).expect("a valid cluster file");
+            change(&mut config);
+            std::fs::write(&path, config.to_toml_string()).expect("write a cluster file");
+        }
+        change(&mut self.config);
+    }
+
     /// `kill -9` by PID, then reap it.
     pub fn kill9_proc(&mut self, key: ProcKey) {
         if let Some(mut child) = self.proc_mut(key).child.take() {

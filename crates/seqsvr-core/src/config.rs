@@ -263,6 +263,25 @@ impl IdSchemeConfig {
     }
 }
 
+/// Two schemes of one shape ([`crate::idscheme::Layout::shape`]: the bit fields, epochs aside)
+/// lease their worker ids apart, so both would hand out the same values: refused, naming both.
+fn check_one_scheme_per_shape(
+    schemes: &BTreeMap<String, (crate::idscheme::Layout, IdSchemeConfig)>,
+) -> Result<(), ConfigError> {
+    let mut by_shape: BTreeMap<String, &str> = BTreeMap::new();
+    for (name, (layout, _)) in schemes {
+        if let Some(first) = by_shape.insert(layout.shape(), name) {
+            return invalid(format!(
+                "ids.schemes.{first} and ids.schemes.{name} have the same id layout ({}): their \
+                 worker ids are leased apart, so they would issue the same ids (whatever their \
+                 epochs); serve one scheme under one name, or give the second other widths",
+                layout.shape()
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl IdsConfig {
     pub fn is_empty(&self) -> bool {
         *self == IdsConfig::default()
@@ -301,6 +320,7 @@ impl IdsConfig {
             }
             out.insert(name.clone(), (layout, scheme.clone()));
         }
+        check_one_scheme_per_shape(&out)?;
         Ok(out)
     }
 
@@ -1108,5 +1128,28 @@ peer_ca = "certs/peer-ca.pem"
             Err(IdentityError::Ambiguous(_))
         ));
         assert!(matches!(tls.resolve_identity(None, &[]), Err(IdentityError::Unknown(_))));
+    }
+
+    /// Two schemes whose ids are made of the same bit fields would issue the same values under
+    /// two names: refused, epochs aside, naming both; other shapes side by side are fine.
+    #[test]
+    fn two_schemes_of_one_shape_are_refused() {
+        use crate::idscheme::Scheme;
+        let mut ids = IdsConfig::default();
+        ids.schemes.insert("orders".into(), IdSchemeConfig::of(Scheme::Snowflake));
+        ids.schemes.insert("events".into(), IdSchemeConfig::of(Scheme::UuidV7));
+        ids.schemes.insert("weibo".into(), IdSchemeConfig::of(Scheme::Weibo));
+        ids.load_shapes(&[]).expect("three shapes");
+        let later_epoch = IdSchemeConfig {
+            epoch_ms: Some(1_577_836_800_000), // 2020-01-01
+            ..IdSchemeConfig::of(Scheme::Snowflake)
+        };
+        ids.schemes.insert("payments".into(), later_epoch);
+        let err = ids.load_shapes(&[]).expect_err("one shape twice").to_string();
+        assert!(
+            err.contains("ids.schemes.orders") && err.contains("ids.schemes.payments"),
+            "{err}"
+        );
+        assert!(err.contains("same id layout"), "{err}");
     }
 }

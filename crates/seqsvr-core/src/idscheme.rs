@@ -499,6 +499,16 @@ impl Layout {
         )
     }
 
+    /// The fingerprint without the epoch: the bit fields an id's value is made of, e.g.
+    /// `snowflake unit=ms sign 1 + time 41 + worker 10 + sequence 12`. Two schemes of one shape
+    /// issue the same values (worker ids are leased per scheme name, and a time offset one
+    /// epoch reaches now the other reaches earlier or later), whatever their epochs: a cluster
+    /// config may hold one scheme of each shape, and a set refuses a new name for a recorded
+    /// shape (a rename). See [`shape_of_fingerprint`] for the recorded strings.
+    pub fn shape(&self) -> String {
+        shape_of_fingerprint(&self.fingerprint())
+    }
+
     /// E.g. "lasts 69.7 years from 2010-11-04T01:42:54.657Z, until 2080-07-10T17:30:30.209Z".
     pub fn describe_range(&self) -> String {
         format!(
@@ -805,4 +815,13 @@ fn max_of(bits: u32) -> u64 {
     } else {
         (1u64 << bits) - 1
     }
+}
+
+/// [`Layout::shape`] of a recorded fingerprint (`Layout::fingerprint`, or a `rongcloud` scheme's
+/// `IdSchemeConfig::fingerprint` with its `; sessions on uids [..)` suffix): the words before
+/// any `;`, without the `epoch_ms=` one.
+pub fn shape_of_fingerprint(fingerprint: &str) -> String {
+    let layout = fingerprint.split(';').next().unwrap_or_default();
+    let words: Vec<&str> = layout.split(' ').filter(|w| !w.starts_with("epoch_ms=")).collect();
+    words.join(" ")
 }

@@ -147,6 +147,14 @@ pub enum Command {
     /// applies commands up to `version`; never lowers the version. A member whose build knows
     /// less stops on it with a storage fault, naming the version to upgrade to.
     RaiseCommandsVersion { version: u32 },
+    /// Record how the set maps uids to sections ([`SetLayout`]), unless recorded already: the
+    /// leader records its config's as soon as the set runs (and the set's version allows it).
+    /// `max_seq` is kept per section number, so a changed `section_size` or uid range would
+    /// move a uid to a section whose `max_seq` may be lower: once recorded, a member whose
+    /// config differs refuses to start, a leader whose config differs serves nothing, and an
+    /// AllocSvr whose config differs from the route table takes no grant. Never overwrites.
+    /// A command an older build stops on (README "Upgrading").
+    RecordLayout { layout: SetLayout },
 }
 
 /// The commands version of this build: it applies every [`Command`] whose
@@ -159,7 +167,7 @@ pub enum Command {
 /// change in how an existing command applies: that is a new command (`AcquireWorkerAt` beside
 /// `AcquireWorker`) of a new version, never an edit of the old one's apply, or members of two
 /// builds would apply one entry differently without noticing.
-pub const COMMANDS_VERSION: u32 = 1;
+pub const COMMANDS_VERSION: u32 = 2;
 
 /// `AcquireWorkerAt` reuses a free worker id only once its high-water mark is this far behind
 /// the leader's clock: a new holder whose clock runs behind the leader's by less (a clock set
@@ -197,6 +205,7 @@ impl Command {
             | Command::ReserveSessionTime { .. }
             | Command::RecordSchemes { .. }
             | Command::RecordSchemePools { .. } => 1,
+            Command::RecordLayout { .. } => 2,
             Command::RaiseCommandsVersion { version } => (*version).max(1),
         }
     }
@@ -462,6 +471,40 @@ pub struct ControlState {
     /// `RaiseCommandsVersion` (and for data written before the gate). Only grows.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub commands_version: u32,
+    /// How the set maps uids to sections, recorded once (`RecordLayout`); `None` until then
+    /// (a new set before its version reached 2, or data written before the record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<SetLayout>,
+}
+
+/// How a set maps uids to the sections whose `max_seq` it keeps: `section = uid /
+/// section_size`, for the uids `[uid_begin, uid_end)`. Fixed once recorded: the same uid must
+/// map to the same section for as long as the set's `max_seq` values live.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetLayout {
+    pub section_size: u64,
+    pub uid_begin: u64,
+    pub uid_end: u64,
+}
+
+impl std::fmt::Display for SetLayout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "section_size {}, uids [{}, {})", self.section_size, self.uid_begin, self.uid_end)
+    }
+}
+
+impl SetLayout {
+    /// `None` if `config` is this layout; else what an operator reads: both layouts and what to
+    /// do.
+    pub fn mismatch(recorded: Option<&SetLayout>, config: &SetLayout) -> Option<String> {
+        let recorded = recorded.filter(|r| *r != config && !Tooth::NoLayoutCheck.on())?;
+        Some(format!(
+            "this set recorded its layout as {recorded}, but this process's cluster config says \
+             {config}: a uid would map to another section, whose max_seq may be lower, and its \
+             values could repeat. Restore section_size and the set's uid_begin/uid_end in the \
+             cluster file; a layout cannot be changed in place"
+        ))
+    }
 }
 
 fn is_zero(v: &u32) -> bool {
@@ -841,6 +884,17 @@ impl StoreState {
                     result: Ok(Applied::Done),
                     changed: Vec::new(),
                     control_changed: raised,
+                }
+            }
+            Command::RecordLayout { layout } => {
+                let record = self.control.layout.is_none();
+                if record {
+                    self.control.layout = Some(*layout);
+                }
+                ApplyOutcome {
+                    result: Ok(Applied::Done),
+                    changed: Vec::new(),
+                    control_changed: record,
                 }
             }
             Command::FreeWorkers { alloc } => {
@@ -1402,7 +1456,10 @@ mod tests {
         assert_eq!(Command::RecordSchemes { schemes: Vec::new() }.needs_version(), 1);
         assert_eq!(Command::RaiseCommandsVersion { version: 1 }.needs_version(), 1);
         assert_eq!(Command::RaiseCommandsVersion { version: 7 }.needs_version(), 7);
-        for command in [acquire_at, acquire, records, Command::RaiseCommandsVersion { version: 1 }]
+        let layout = Command::RecordLayout { layout: SetLayout::default() };
+        assert_eq!(layout.needs_version(), 2);
+        for command in
+            [acquire_at, acquire, records, layout, Command::RaiseCommandsVersion { version: 1 }]
         {
             assert!(command.needs_version() <= COMMANDS_VERSION, "{command:?}");
         }
@@ -1514,6 +1571,27 @@ mod tests {
             matches!(reserve(&mut fresh, c, "L", 2, e, 1_000), Err(Rejected::SchemeChanged { .. })),
             "a set that recorded the scheme refuses another range, though it never reserved"
         );
+    }
+
+    /// `RecordLayout` records the first layout and never another one (a member whose config
+    /// changed cannot overwrite it); the record lives in the control state and its snapshot.
+    #[test]
+    fn a_layout_is_recorded_once() {
+        let mut state = StoreState::new();
+        let first = SetLayout { section_size: 100, uid_begin: 0, uid_end: 1_000 };
+        let halved = SetLayout { section_size: 50, ..first };
+        assert!(state.apply(&Command::RecordLayout { layout: first }).control_changed);
+        assert!(!state.apply(&Command::RecordLayout { layout: halved }).control_changed);
+        assert_eq!(state.control.layout, Some(first));
+        state.control.commands_version = COMMANDS_VERSION;
+        let copy = StoreState::decode_snapshot(&state.encode_snapshot()).expect("decodes");
+        assert_eq!(copy.control.layout, Some(first));
+        let decoded = ControlState::decode(&state.control.encode()).expect("decodes");
+        assert_eq!(decoded.layout, Some(first));
+        assert_eq!(SetLayout::mismatch(Some(&first), &first), None);
+        assert_eq!(SetLayout::mismatch(None, &halved), None, "nothing recorded: nothing to refuse");
+        let why = SetLayout::mismatch(Some(&first), &halved).expect("a mismatch");
+        assert!(why.contains("section_size 100") && why.contains("section_size 50"), "{why}");
     }
 
     /// A set that recorded a worker scheme's pool at start (`RecordSchemePools`) refuses a

@@ -68,6 +68,10 @@
 //!   stops on a command it cannot apply. The driver's mixed-version test (a member playing a
 //!   build before the gate, `driver::tests`, `scripts/test.sh`) catches it ("older member
 //!   stopped").
+//! - `no-layout-check`: a changed `section_size` or set uid range is not compared with the
+//!   layout the set recorded (`store.rs` `SetLayout::mismatch`): a StoreSvr restarted with a
+//!   halved `section_size` starts and serves, and a uid whose section number changed goes
+//!   back to the new section's lower `max_seq` (`tests/tests/t95_teeth_layout.rs` catches it).
 
 /// One deliberately unsafe switch (see the module doc for what each breaks).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -105,6 +109,8 @@ pub enum Tooth {
     NoRebase,
     /// `no-commands-gate`: the store leader ignores the commands version gate.
     NoCommandsGate,
+    /// `no-layout-check`: a layout differing from the recorded one is served.
+    NoLayoutCheck,
 }
 
 impl Tooth {
@@ -158,7 +164,7 @@ mod chosen {
     use std::sync::OnceLock;
 
     /// Every switch and the name `SEQSVR_TEETH` gives it.
-    pub const ALL: [(Tooth, &str); 16] = [
+    pub const ALL: [(Tooth, &str); 17] = [
         (Tooth::NoLeaseWait, "no-lease-wait"),
         (Tooth::NoFencing, "no-fencing"),
         (Tooth::BootstrapEmptyVoter, "bootstrap-empty-voter"),
@@ -175,6 +181,7 @@ mod chosen {
         (Tooth::NoSessionFloor, "no-session-floor"),
         (Tooth::NoRebase, "no-rebase"),
         (Tooth::NoCommandsGate, "no-commands-gate"),
+        (Tooth::NoLayoutCheck, "no-layout-check"),
     ];
 
     /// The name of a switch.

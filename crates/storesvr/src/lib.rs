@@ -102,6 +102,11 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
             },
             scheme_records: config.scheme_records.clone(),
             max_reserve_ahead_ms: config.max_reserve_ahead_ms,
+            layout: Some(seqsvr_core::store::SetLayout {
+                section_size: config.section_size,
+                uid_begin: config.uid_begin,
+                uid_end: config.uid_end,
+            }),
             // What the transport reports: never anything else in a StoreSvr.
             commands_version: seqsvr_core::store::COMMANDS_VERSION,
         },

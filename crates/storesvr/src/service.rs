@@ -528,6 +528,11 @@ impl pb::store_admin_server::StoreAdmin for ServiceContext {
             lease_margin_ms: s.lease.margin_ms,
             commands_version: s.commands_version,
             build_commands_version: seqsvr_core::store::COMMANDS_VERSION,
+            recorded_layout: s.layout.map(|l| pb::SetLayout {
+                section_size: l.section_size,
+                uid_begin: l.uid_begin,
+                uid_end: l.uid_end,
+            }),
         }))
     }
 

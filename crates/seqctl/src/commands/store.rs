@@ -71,6 +71,10 @@ pub struct StoreMemberRow {
     /// The replicated membership as this member knows it.
     #[tabled(skip)]
     pub members: Option<Vec<MemberRow>>,
+    /// The set's recorded layout (`section_size 100000, uids [0, 2147500000)`); absent until
+    /// recorded.
+    #[tabled(skip)]
+    pub recorded_layout: Option<String>,
 }
 
 impl Row for StoreMemberRow {
@@ -83,6 +87,7 @@ impl Row for StoreMemberRow {
         "lease_ms",
         "lease_margin_ms",
         "members",
+        "recorded_layout",
     ];
 }
 
@@ -114,6 +119,14 @@ impl StoreMemberRow {
             lease_ms: Some(s.lease_ms),
             lease_margin_ms: Some(s.lease_margin_ms),
             members: Some(s.members.iter().map(MemberRow::from).collect()),
+            recorded_layout: s.recorded_layout.as_ref().map(|l| {
+                let layout = seqsvr_core::store::SetLayout {
+                    section_size: l.section_size,
+                    uid_begin: l.uid_begin,
+                    uid_end: l.uid_end,
+                };
+                layout.to_string()
+            }),
         }
     }
 
@@ -144,6 +157,7 @@ impl StoreMemberRow {
             lease_ms: None,
             lease_margin_ms: None,
             members: None,
+            recorded_layout: None,
         }
     }
 
@@ -546,8 +560,13 @@ pub(crate) mod tests {
             vote_blocked: false,
             lease_ms: 3000,
             lease_margin_ms: 300,
-            commands_version: 1,
-            build_commands_version: 1,
+            commands_version: 2,
+            build_commands_version: 2,
+            recorded_layout: Some(pb::SetLayout {
+                section_size: 100_000,
+                uid_begin: 0,
+                uid_end: 3_276_800_000,
+            }),
         }
     }
 

@@ -505,3 +505,21 @@ fn session_keys_and_java_hashes() {
     assert_eq!(session_key(16, 0), None);
     assert_eq!(session_key(0, SESSION_HASHES), None);
 }
+
+/// A shape is the fingerprint without its epoch (and without a `rongcloud` session range):
+/// two epochs of one shape are one shape; two widths are two.
+#[test]
+fn shape_drops_the_epoch_and_the_session_range() {
+    let snowflake = default_layout(Scheme::Snowflake);
+    let mut spec = LayoutSpec::of(Scheme::Snowflake);
+    spec.epoch_ms = Some(date(2020, 1, 1));
+    let later_epoch = spec.load(NOW_MS).expect("a valid layout");
+    assert_ne!(snowflake.fingerprint(), later_epoch.fingerprint());
+    assert_eq!(snowflake.shape(), later_epoch.shape());
+    assert_eq!(snowflake.shape(), "snowflake unit=ms sign 1 + time 41 + worker 10 + sequence 12");
+    let rongcloud = default_layout(Scheme::RongCloud).fingerprint();
+    let with_sessions = format!("{rongcloud}; sessions on uids [0, 100)");
+    assert_eq!(shape_of_fingerprint(&with_sessions), shape_of_fingerprint(&rongcloud));
+    let shapes: BTreeSet<String> = Scheme::ALL.iter().map(|&s| default_layout(s).shape()).collect();
+    assert_eq!(shapes.len(), Scheme::ALL.len(), "every scheme's defaults are a shape of its own");
+}

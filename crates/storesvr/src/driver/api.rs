@@ -37,6 +37,11 @@ pub struct DriverConfig {
     pub scheme_records: std::collections::BTreeMap<String, seqsvr_core::store::SchemeRecord>,
     /// The furthest a high-water mark may be reserved ahead of this member's wall clock.
     pub max_reserve_ahead_ms: u64,
+    /// How this member's cluster config maps uids to sections: recorded by the leader as soon
+    /// as the set's version allows (`Command::RecordLayout`); once recorded, a member whose
+    /// layout differs refuses to start and, running, serves nothing. `None`: neither recorded
+    /// nor checked (the driver's tests, whose log indexes would count the record).
+    pub layout: Option<seqsvr_core::store::SetLayout>,
     /// The commands version this member applies and reports to its peers: always
     /// [`seqsvr_core::store::COMMANDS_VERSION`] in the StoreSvr (what its transport reports);
     /// the driver's tests set a lower one to play a member of an older build, which stops on
@@ -228,6 +233,8 @@ pub struct NodeStatus {
     pub lease: LeaseConfig,
     /// The set's commands version, as this member applied it.
     pub commands_version: u32,
+    /// The set's recorded layout (`Command::RecordLayout`), as this member applied it.
+    pub layout: Option<seqsvr_core::store::SetLayout>,
 }
 
 /// One member as the replicated membership (and, on the leader, its progress) says.
@@ -363,6 +370,32 @@ pub enum Input {
         messages: Vec<Message>,
     },
     Peer(PeerReport),
+}
+
+impl Input {
+    /// Answers `error` to a request that serves values or ownership (advances, heartbeats,
+    /// loads, reads, route tables, moves, registrations, worker ids and time reservations);
+    /// gives back the others (Raft traffic, membership, status, leadership transfer, release,
+    /// drain), which a member refusing to serve must still handle.
+    pub(crate) fn refuse(self, error: RequestError) -> Result<(), Input> {
+        fn answer<T>(reply: Reply<T>, error: RequestError) -> Result<(), Input> {
+            let _ = reply.send(Err(error));
+            Ok(())
+        }
+        match self {
+            Input::Advance { reply, .. } => answer(reply, error),
+            Input::Register { reply, .. } => answer(reply, error),
+            Input::Heartbeat { reply, .. } => answer(reply, error),
+            Input::Load { reply, .. } => answer(reply, error),
+            Input::Route { reply } => answer(reply, error),
+            Input::Move { reply, .. } => answer(reply, error),
+            Input::AcquireWorker { reply, .. } => answer(reply, error),
+            Input::ReserveTime { reply, .. } => answer(reply, error),
+            Input::ReserveSessionTime { reply, .. } => answer(reply, error),
+            Input::Read { reply, .. } => answer(reply, error),
+            other => Err(other),
+        }
+    }
 }
 
 /// The gRPC side's handle on the driver.

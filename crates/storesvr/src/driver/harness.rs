@@ -108,6 +108,7 @@ pub(super) fn test_config(id: u64, n: u64) -> DriverConfig {
         // tests counting log indexes would have to count.
         scheme_records: Default::default(),
         max_reserve_ahead_ms: 65_000,
+        layout: None,
         commands_version: seqsvr_core::store::COMMANDS_VERSION,
     }
 }
@@ -166,6 +167,16 @@ impl Network {
     /// Member `id` restarts on its data dir (a new build, say) with its configuration changed by
     /// `change`; what it had queued to send is lost, as in a real restart.
     pub(super) fn restart_with(&mut self, id: u64, change: impl Fn(&mut DriverConfig)) {
+        self.try_restart_with(id, change).expect("driver");
+    }
+
+    /// As [`Network::restart_with`], answering the driver's refusal to start; a refused member
+    /// is left as a stand-in on an empty dir.
+    pub(super) fn try_restart_with(
+        &mut self,
+        id: u64,
+        change: impl Fn(&mut DriverConfig),
+    ) -> anyhow::Result<()> {
         let n = self.members.len() as u64;
         let member = self.members.get_mut(&id).expect("a member");
         let mut config = test_config(id, n);
@@ -183,8 +194,9 @@ impl Network {
         let storage = NodeStorage::open(member._dir.path(), identity, &Bootstrap::Join)
             .expect("reopen storage");
         let outbox = MemOutbox::default();
-        member.driver = Driver::new(storage, config, outbox.clone()).expect("driver");
+        member.driver = Driver::new(storage, config, outbox.clone())?;
         member.outbox = outbox;
+        Ok(())
     }
 
     pub(super) fn driver(&mut self, id: u64) -> &mut Driver {

@@ -155,6 +155,7 @@ impl Driver {
             vote_blocked: store.vote_blocked(),
             lease: store.state().control().lease.unwrap_or(self.config.lease),
             commands_version: store.state().control().commands_version,
+            layout: store.state().control().layout,
         }
     }
 }

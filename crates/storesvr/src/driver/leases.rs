@@ -8,7 +8,7 @@ use crate::leader_state::SlotChange;
 use raft::StateRole;
 use seqsvr_core::arbiter::{grant_for, Arbiter, LeaseChangeError, LeaseConfig};
 use seqsvr_core::ids::{AllocId, RouteVersion};
-use seqsvr_core::store::{Applied, Command, Rejected, SchemeRecord};
+use seqsvr_core::store::{Applied, Command, Rejected, SchemeRecord, SetLayout};
 
 impl Driver {
     fn now_ms(&self) -> u64 {
@@ -90,9 +90,18 @@ impl Driver {
         if self.proposals.arbiter_in_flight(term) > 0 {
             return;
         }
+        if self.layout_refusal().is_some() {
+            return; // its sections are not the set's: it plans nothing (logged once)
+        }
         let control = self.node.store().state().control();
+        let record_layout = (self.config.layout)
+            .filter(|_| control.layout.is_none() && control.lease.is_some())
+            .filter(|_| self.commands_cover(2))
+            .map(|layout| Command::RecordLayout { layout });
         let Some(arbiter) = self.arbiter.get_mut_of_term(term) else { return };
         let mut commands = arbiter.plan(now, control, self.config.sections);
+        // First of the round: the layout every grant of the set is made under.
+        commands.splice(0..0, record_layout);
         // Records need version 1: a member of an older build would stop on them. Until the set
         // raises its version, a set is as safe as before the records (a changed split is
         // refused only by the sets that leased under the old one).
@@ -107,6 +116,8 @@ impl Driver {
                 .scheme_records
                 .iter()
                 .filter(|(name, _)| !control.schemes.contains_key(*name))
+                // A new name for a recorded shape stays unrecorded: it is refused (a rename).
+                .filter(|(name, _)| self.renamed_from(name).is_none())
                 .map(|(name, record)| (name.clone(), record.clone()))
                 .collect();
             if !missing.is_empty() {
@@ -119,6 +130,46 @@ impl Driver {
             self.propose(command, ProposalReply::Arbiter);
         }
         self.log_changed_schemes();
+    }
+
+    /// Why this member serves nothing: its config's layout is not the one the set recorded
+    /// (`Command::RecordLayout`); logged once. `None` while they agree or nothing is recorded.
+    pub(super) fn layout_refusal(&mut self) -> Option<String> {
+        let ours = self.config.layout.as_ref()?;
+        let why = SetLayout::mismatch(self.node.store().state().control().layout.as_ref(), ours)?;
+        if !self.changed_layout_logged {
+            tracing::error!("{why}; this member answers no heartbeat, advance or load");
+            self.changed_layout_logged = true;
+        }
+        Some(why)
+    }
+
+    /// The recorded scheme that `scheme` of this member's config would issue the ids of: one
+    /// of the same shape (`seqsvr_core::idscheme::shape_of_fingerprint`: bit fields, epochs and
+    /// session ranges aside) recorded under another name. Its worker ids and session marks are
+    /// kept under the old name, so the new name would start below them and reissue its ids.
+    pub(super) fn renamed_from(&self, scheme: &str) -> Option<String> {
+        use seqsvr_core::idscheme::shape_of_fingerprint;
+        let control = self.node.store().state().control();
+        if control.schemes.contains_key(scheme) {
+            return None;
+        }
+        let ours = shape_of_fingerprint(&self.config.scheme_records.get(scheme)?.layout);
+        (control.schemes.iter())
+            .find(|(name, r)| *name != scheme && shape_of_fingerprint(&r.layout) == ours)
+            .map(|(name, _)| name.clone())
+    }
+
+    /// Refuses `scheme` if it is a new name for a recorded scheme ([`Self::renamed_from`]).
+    pub(super) fn check_not_renamed(&self, scheme: &str) -> Result<(), RequestError> {
+        match self.renamed_from(scheme) {
+            None => Ok(()),
+            Some(old) => Err(RequestError::Invalid(format!(
+                "id scheme {scheme:?} has the layout this set recorded for scheme {old:?}: a \
+                 renamed scheme would start below {old:?}'s worker-id marks and session marks \
+                 and reissue its ids; serve it under its recorded name {old:?}"
+            ))),
+        }
     }
 
     /// Logs, once per scheme, a config whose scheme differs from what the set recorded: every
@@ -135,6 +186,18 @@ impl Driver {
                 Some((name.clone(), recorded.describe(), ours.describe()))
             })
             .collect();
+        let renamed: Vec<(String, String)> = (self.config.scheme_records.keys())
+            .filter(|name| !self.changed_schemes_logged.contains(*name))
+            .filter_map(|name| Some((name.clone(), self.renamed_from(name)?)))
+            .collect();
+        for (name, old) in renamed {
+            tracing::error!(scheme = %name, recorded_as = %old,
+                "id scheme {name:?} of this member's cluster config has the layout this set \
+                 recorded for scheme {old:?} (a rename): its worker leases and time \
+                 reservations are refused, as they would reissue {old:?}'s ids; serve it under \
+                 its recorded name");
+            self.changed_schemes_logged.insert(name);
+        }
         for (name, recorded, ours) in changed {
             tracing::error!(scheme = %name, %recorded, config = %ours,
                 "this set recorded id scheme {name:?} differently from this member's cluster \

@@ -60,7 +60,7 @@ use raft::{RawNode, SnapshotStatus, StateRole};
 use replies::{PendingRead, ProposalReply, ReadKind};
 use seqsvr_core::arbiter::Arbiter;
 use seqsvr_core::ids::AllocId;
-use seqsvr_core::store::{Command, HolderRefused};
+use seqsvr_core::store::{Command, HolderRefused, SetLayout};
 use seqsvr_core::teeth::Tooth;
 use seqsvr_server::BootInstant;
 use std::collections::HashMap;
@@ -114,6 +114,8 @@ pub struct Driver {
     /// Id schemes whose config differs from what the set recorded, already logged (one error
     /// line per scheme, not one per arbiter round).
     changed_schemes_logged: std::collections::BTreeSet<String>,
+    /// Whether a layout differing from the recorded one was logged (once, not every tick).
+    changed_layout_logged: bool,
     /// Time reservations refused as too far ahead since the last log line, and when that was.
     clock_refusals: u64,
     clock_refusal_logged: Option<Instant>,
@@ -140,6 +142,14 @@ impl Driver {
             ..Default::default()
         };
         raft_config.validate()?;
+        if let Some(layout) = &config.layout {
+            // Refused before anything runs: serving a single value under another layout could
+            // repeat one (see `Command::RecordLayout`).
+            let recorded = storage.state().control().layout;
+            if let Some(why) = SetLayout::mismatch(recorded.as_ref(), layout) {
+                anyhow::bail!("refusing to start: {why}");
+            }
+        }
         let node = RawNode::new(&raft_config, storage, &crate::raft_log::logger())?;
         Ok(Driver {
             node,
@@ -159,6 +169,7 @@ impl Driver {
             metrics: crate::metrics::StoreMetrics::new(),
             published_leader: raft::INVALID_ID,
             changed_schemes_logged: Default::default(),
+            changed_layout_logged: false,
             clock_refusals: 0,
             clock_refusal_logged: None,
             serving: watch::channel(Serving {
@@ -233,6 +244,13 @@ impl Driver {
 
     /// Handles one input: answers it, or starts what will answer it (a proposal, a read).
     pub(crate) fn handle(&mut self, input: Input) {
+        let input = match self.layout_refusal() {
+            Some(why) => match input.refuse(RequestError::Precondition(why)) {
+                Ok(()) => return,
+                Err(input) => input,
+            },
+            None => input,
+        };
         match input {
             Input::Raft { from_addr, vote_blocked, commands_version, messages } => {
                 self.step_messages(&from_addr, vote_blocked, commands_version, messages)
@@ -313,7 +331,10 @@ impl Driver {
                 };
                 // Only to a registration the arbiter still grants: one it found dead gets no
                 // lease, and its worker ids are being freed.
-                if let Err(e) = self.check_may_lease_worker(alloc) {
+                let checked = self
+                    .check_not_renamed(&scheme)
+                    .and_then(|()| self.check_may_lease_worker(alloc));
+                if let Err(e) = checked {
                     let _ = reply.send(Err(e));
                     return;
                 }
@@ -452,6 +473,7 @@ impl Driver {
                 }));
             }
         }
+        self.check_not_renamed(scheme)?;
         if !self.config.sections.contains(section) {
             return Err(RequestError::Invalid(format!(
                 "section {section} is not in this set's [{}, {})",

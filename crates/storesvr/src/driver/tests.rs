@@ -643,7 +643,9 @@ fn no_membership_change_is_proposed_behind_an_unapplied_raise() {
     }
     net.heal();
     let applied = net.tick_until(&[1], 10, |net| {
-        net.ids().iter().all(|&id| net.store(id).state().control().commands_version == 1)
+        net.ids().iter().all(|&id| {
+            net.store(id).state().control().commands_version == seqsvr_core::store::COMMANDS_VERSION
+        })
     });
     assert!(applied, "the raise applied once the leader reached the others");
     assert!(net.driver(1).unapplied_raise().is_none());
@@ -667,8 +669,102 @@ fn only_fresh_reports_of_the_current_term_count_toward_a_raise() {
         c.tick * c.election_ticks as u32
     };
     let stale = now + window + std::time::Duration::from_secs(1);
-    assert_eq!(net.driver(1).members_behind(1, stale), vec![(2, 1), (3, 1)], "stale reports");
+    let ours = seqsvr_core::store::COMMANDS_VERSION;
+    assert_eq!(net.driver(1).members_behind(1, stale), vec![(2, ours), (3, ours)], "stale reports");
     let term = net.raft(1).term;
     net.driver(1).peer_commands_versions.insert(3, (1, term - 1, now));
     assert_eq!(net.driver(1).members_behind(1, now), vec![(3, 1)], "a report of an earlier term");
+}
+
+/// The leader records its config's layout (`section_size`, the set's uid range) once the set
+/// runs, and never again; a leader whose config then differs serves nothing (no registration,
+/// heartbeat, advance or read: a uid would map to another section, whose `max_seq` may be
+/// lower), and a member restarted with another layout refuses to start. Fails without the
+/// `RecordLayout` proposal of `leases.rs::arbitrate`, the refusal in `Driver::handle`, or the
+/// check in `Driver::new`.
+#[test]
+fn a_recorded_layout_refuses_a_member_whose_config_changed_it() {
+    use seqsvr_core::store::SetLayout;
+    let layout = SetLayout { section_size: 10, uid_begin: 0, uid_end: 1_000 };
+    let halved = SetLayout { section_size: 5, ..layout };
+    let mut net = Network::with_config(3, |c| c.layout = Some(layout));
+    net.elect(1);
+    let recorded = net.tick_until(&[1], 20, |net| {
+        net.ids().iter().all(|&id| net.store(id).state().control().layout.is_some())
+    });
+    assert!(recorded, "the layout was never recorded");
+    for id in net.ids() {
+        assert_eq!(net.store(id).state().control().layout, Some(layout), "member {id}");
+    }
+    let before = net.raft(1).raft_log.last_index();
+    net.tick(&[1]);
+    net.settle();
+    assert_eq!(net.raft(1).raft_log.last_index(), before, "recorded once, not every round");
+
+    net.driver(1).config.layout = Some(halved);
+    let (input, mut rx) = register("alloc-a:1");
+    net.send(1, input);
+    let (input, mut read_rx) = read(0);
+    net.send(1, input);
+    net.settle();
+    for refusal in [answer(&mut rx).map(|_| ()), answer(&mut read_rx).map(|_| ())] {
+        match refusal {
+            Err(RequestError::Precondition(why)) => {
+                assert!(why.contains("section_size 10") && why.contains("section_size 5"), "{why}")
+            }
+            other => panic!("expected a refusal naming both layouts, got {other:?}"),
+        }
+    }
+    net.tick(&[1]);
+    net.settle();
+    assert_eq!(net.raft(1).raft_log.last_index(), before, "nothing proposed under it");
+
+    let refused = net.try_restart_with(2, |c| c.layout = Some(halved));
+    let why = refused.expect_err("a member with another layout must not start").to_string();
+    assert!(why.contains("refusing to start") && why.contains("section_size 5"), "{why}");
+}
+
+/// A scheme of the config whose layout the set recorded under another name (a rename) is not
+/// recorded and gets no worker id: the recorded name's marks would not protect its ids.
+/// Fails without `check_not_renamed` in the `AcquireWorker` handler.
+#[test]
+fn a_renamed_scheme_gets_no_worker_id() {
+    use seqsvr_core::store::SchemeRecord;
+    let record = SchemeRecord {
+        layout: "snowflake epoch_ms=1 unit=ms sign 1 + time 41 + worker 10 + sequence 12".into(),
+        pool_begin: 0,
+        pool_end: 3,
+    };
+    let mut net = Network::with_config(3, |c| {
+        c.scheme_records.insert("orders".into(), record.clone());
+    });
+    net.elect(1);
+    let recorded = net
+        .tick_until(&[1], 20, |net| net.store(1).state().control().schemes.contains_key("orders"));
+    assert!(recorded, "the scheme was never recorded");
+    let (input, mut rx) = register("alloc-a:1");
+    net.send(1, input);
+    net.settle();
+    let alloc = answer(&mut rx).expect("registered");
+    // Renamed, with another epoch: the same bit fields, so the same values.
+    let renamed = SchemeRecord {
+        layout: "snowflake epoch_ms=2 unit=ms sign 1 + time 41 + worker 10 + sequence 12".into(),
+        ..record.clone()
+    };
+    net.driver(1).config.scheme_records = [("payments".to_string(), renamed.clone())].into();
+    net.tick(&[1]);
+    net.settle();
+    let schemes = &net.store(1).state().control().schemes;
+    assert!(!schemes.contains_key("payments"), "a rename must not be recorded: {schemes:?}");
+    let (reply, mut rx) = oneshot::channel();
+    let layout = renamed.layout.clone();
+    let scheme = "payments".to_string();
+    net.send(1, Input::AcquireWorker { alloc, scheme, layout, identity: None, reply });
+    net.settle();
+    match answer(&mut rx) {
+        Err(RequestError::Invalid(why)) => {
+            assert!(why.contains("\"orders\"") && why.contains("recorded name"), "{why}")
+        }
+        other => panic!("expected the rename refused, got {other:?}"),
+    }
 }
