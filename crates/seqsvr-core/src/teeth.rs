@@ -68,6 +68,12 @@
 //!   stops on a command it cannot apply. The driver's mixed-version test (a member playing a
 //!   build before the gate, `driver::tests`, `scripts/test.sh`) catches it ("older member
 //!   stopped").
+//! - `accept-stale-load`: the AllocSvr's allocation table applies a load answer to a section
+//!   loading at the same lease epoch whatever load it answers (`alloc.rs`, `Load`): a late
+//!   answer of a load started before the section was dropped and granted again makes it ready
+//!   at an older `max_seq`, below values it served before the drop. No nemesis run times a load
+//!   answer that late; the table's unit test of that interleaving (`alloc::tests`,
+//!   `scripts/test.sh`) catches it ("stale load").
 
 /// One deliberately unsafe switch (see the module doc for what each breaks).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -105,6 +111,8 @@ pub enum Tooth {
     NoRebase,
     /// `no-commands-gate`: the store leader ignores the commands version gate.
     NoCommandsGate,
+    /// `accept-stale-load`: a load answer is applied whatever load of the section it answers.
+    AcceptStaleLoad,
 }
 
 impl Tooth {
@@ -158,7 +166,7 @@ mod chosen {
     use std::sync::OnceLock;
 
     /// Every switch and the name `SEQSVR_TEETH` gives it.
-    pub const ALL: [(Tooth, &str); 16] = [
+    pub const ALL: [(Tooth, &str); 17] = [
         (Tooth::NoLeaseWait, "no-lease-wait"),
         (Tooth::NoFencing, "no-fencing"),
         (Tooth::BootstrapEmptyVoter, "bootstrap-empty-voter"),
@@ -175,6 +183,7 @@ mod chosen {
         (Tooth::NoSessionFloor, "no-session-floor"),
         (Tooth::NoRebase, "no-rebase"),
         (Tooth::NoCommandsGate, "no-commands-gate"),
+        (Tooth::AcceptStaleLoad, "accept-stale-load"),
     ];
 
     /// The name of a switch.
