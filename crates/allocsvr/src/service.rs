@@ -430,12 +430,8 @@ mod tests {
             inner.alloc_id = Some(AllocId(1));
             inner.extend_lease(BootInstant::now() + Duration::from_secs(60));
             let runs = [(SectionRange::new(SectionId(1), SectionId(2)).unwrap(), LeaseEpoch(1))];
-            inner.table.grant(&runs);
-            inner.table.loaded(
-                runs[0].0,
-                LeaseEpoch(1),
-                &BTreeMap::from([(SectionId(1), max_seq)]),
-            );
+            let loads = inner.table.grant(&runs);
+            inner.table.loaded(&loads[0], &BTreeMap::from([(SectionId(1), max_seq)]));
             let entry = |begin, end, alloc| pb::RouteEntry {
                 section_begin: begin,
                 section_end: end,
@@ -903,8 +899,8 @@ mod tests {
             inner.alloc_id = Some(AllocId(1));
             inner.extend_lease(BootInstant::now() + Duration::from_secs(3600));
             let run = SectionRange::new(SectionId(0), SectionId(sections)).expect("a range");
-            inner.table.grant(&[(run, LeaseEpoch(1))]);
-            inner.table.loaded(run, LeaseEpoch(1), &BTreeMap::new());
+            let loads = inner.table.grant(&[(run, LeaseEpoch(1))]);
+            inner.table.loaded(&loads[0], &BTreeMap::new());
             for s in 0..sections {
                 inner.table.advanced(SectionId(s), LeaseEpoch(1), Some(1 << 40));
             }
