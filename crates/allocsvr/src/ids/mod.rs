@@ -225,8 +225,8 @@ mod tests {
             inner.alloc_id = Some(AllocId(1));
             inner.extend_lease(BootInstant::now() + Duration::from_secs(60));
             let run = SectionRange::new(SectionId(1), SectionId(2)).expect("a range");
-            inner.table.grant(&[(run, LeaseEpoch(1))]);
-            inner.table.loaded(run, LeaseEpoch(1), &BTreeMap::from([(SectionId(1), 0)]));
+            let loads = inner.table.grant(&[(run, LeaseEpoch(1))]);
+            inner.table.loaded(&loads[0], &BTreeMap::from([(SectionId(1), 0)]));
             let layout = &shared.ids.schemes["snowflake"].layout;
             let now = layout.units_at(NOW_MS);
             let generator = Generator::new(layout, now - 1, max_ahead_units).expect("fits");
