@@ -139,6 +139,7 @@ pub fn test_tls_config(sets: u64) -> TlsConfig {
         client_ca: path("client-bundle.pem"),
         store_ca: path("cluster-ca.pem"),
         peer_ca: path("cluster-ca.pem"),
+        max_registrations_per_identity: seqsvr_core::config::DEFAULT_MAX_REGISTRATIONS_PER_IDENTITY,
         identities,
     }
 }

@@ -669,9 +669,35 @@ pub struct TlsConfig {
     pub store_ca: String,
     /// CA bundle of the peer plane: StoreSvr ↔ StoreSvr (`RaftTransport`).
     pub peer_ca: String,
+    /// The most current AllocSvr registrations (not replaced, not released) one `alloc`
+    /// identity may hold in a set: the store leader refuses one more (at another address; one
+    /// at the same address replaces the old) with RESOURCE_EXHAUSTED before proposing it. A
+    /// registration is replicated into the control state and every route table, so one
+    /// certificate must not be able to add them without end. Default
+    /// [`DEFAULT_MAX_REGISTRATIONS_PER_IDENTITY`]: one AllocSvr per certificate, plus restarts
+    /// at new addresses whose old registration is not forgotten yet; raise it where many
+    /// AllocSvrs of a set share one certificate.
+    #[serde(
+        default = "default_max_registrations_per_identity",
+        skip_serializing_if = "is_default_max_registrations_per_identity"
+    )]
+    pub max_registrations_per_identity: u32,
     /// Certificate identity (its subject CN, or any of its DNS SANs) → role.
     #[serde(default)]
     pub identities: BTreeMap<String, IdentityEntry>,
+}
+
+/// `[tls] max_registrations_per_identity` when the file does not say.
+pub const DEFAULT_MAX_REGISTRATIONS_PER_IDENTITY: u32 = 8;
+/// The largest `[tls] max_registrations_per_identity` accepted.
+pub const MAX_REGISTRATIONS_PER_IDENTITY_LIMIT: u32 = 1024;
+
+fn default_max_registrations_per_identity() -> u32 {
+    DEFAULT_MAX_REGISTRATIONS_PER_IDENTITY
+}
+
+fn is_default_max_registrations_per_identity(v: &u32) -> bool {
+    *v == DEFAULT_MAX_REGISTRATIONS_PER_IDENTITY
 }
 
 /// What a certificate identity may do.
@@ -779,6 +805,16 @@ impl TlsConfig {
             return invalid(format!(
                 "tls.server_name {:?} must be a DNS name (letters, digits, '-', '.')",
                 self.server_name
+            ));
+        }
+        if !(1..=MAX_REGISTRATIONS_PER_IDENTITY_LIMIT)
+            .contains(&self.max_registrations_per_identity)
+        {
+            return invalid(format!(
+                "tls.max_registrations_per_identity = {} must be 1 to \
+                 {MAX_REGISTRATIONS_PER_IDENTITY_LIMIT} (default \
+                 {DEFAULT_MAX_REGISTRATIONS_PER_IDENTITY})",
+                self.max_registrations_per_identity
             ));
         }
         for (what, path) in [
@@ -1087,6 +1123,16 @@ peer_ca = "certs/peer-ca.pem"
         rejects(&format!("{GOOD}{}", TLS.replace(r#""seqsvr""#, r#""bad name""#)), "DNS name");
         rejects(&format!("{GOOD}{}", TLS.replace(r#""certs/peer-ca.pem""#, r#""""#)), "peer_ca");
         rejects(&format!("{GOOD}{}", TLS.replace("peer_ca", "peer_cab")), "unknown field");
+        let most = |n: u32| {
+            TLS.replace(
+                "[tls.identities]",
+                &format!("max_registrations_per_identity = {n}\n[tls.identities]"),
+            )
+        };
+        rejects(&format!("{GOOD}{}", most(0)), "max_registrations_per_identity = 0 must be 1");
+        rejects(&format!("{GOOD}{}", most(1025)), "must be 1 to 1024");
+        let c = ClusterConfig::from_toml_str(&format!("{GOOD}{}", most(3))).unwrap();
+        assert_eq!(c.tls.unwrap().max_registrations_per_identity, 3);
     }
 
     #[test]

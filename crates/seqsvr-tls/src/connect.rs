@@ -421,6 +421,7 @@ mod tests {
             client_ca: "bad.pem".into(),
             store_ca: "bad.pem".into(),
             peer_ca: "bad.pem".into(),
+            max_registrations_per_identity: 8,
             identities: Default::default(),
         };
         let err = ClientTls::from_files(&tls, &dir, &dir.join("bad.pem"), &dir.join("nope.key"))

@@ -142,6 +142,10 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
         max_batch_sections: config.tuning.max_batch_sections,
         request_timeout: Duration::from_millis(config.tuning.request_timeout_ms),
         max_operator_raise: config.tuning.max_operator_raise,
+        max_registrations_per_identity: config
+            .tls
+            .as_ref()
+            .map_or(usize::MAX, |t| t.config.max_registrations_per_identity as usize),
     };
     let services = [
         <StoreServiceServer<service::ServiceContext> as tonic::server::NamedService>::NAME,
