@@ -124,11 +124,12 @@ pub fn test_tls_config(sets: u64) -> TlsConfig {
     let mut identities = BTreeMap::new();
     for set in 0..sets {
         for id in 1..=PKI_MEMBERS {
-            let peer = MemberIdentity { role: Role::Peer, set: Some(SetId(set)) };
+            let peer =
+                MemberIdentity { role: Role::Peer, set: Some(SetId(set)), node: Some(NodeId(id)) };
             identities.insert(format!("store-{set}-{id}"), IdentityEntry::Member(peer));
         }
         for i in 1..=PKI_ALLOCS {
-            let alloc = MemberIdentity { role: Role::Alloc, set: Some(SetId(set)) };
+            let alloc = MemberIdentity { role: Role::Alloc, set: Some(SetId(set)), node: None };
             identities.insert(format!("alloc-{set}-{i}"), IdentityEntry::Member(alloc));
         }
     }

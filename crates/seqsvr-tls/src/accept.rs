@@ -18,7 +18,8 @@ use rustls::pki_types::UnixTime;
 use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
-use seqsvr_core::config::TlsConfig;
+use seqsvr_core::config::{Role, TlsConfig};
+use seqsvr_core::ids::{NodeId, SetId};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -267,6 +268,39 @@ pub struct TlsSetup {
 }
 
 impl TlsSetup {
+    /// For a StoreSvr member at start: its own certificate must be, in `[tls.identities]`, the
+    /// peer of its set that names its node id. Its peers refuse every Raft batch it sends
+    /// otherwise (`authz.rs::require_own_node`), so it would run without ever being heard.
+    pub fn check_member_identity(&self, set: SetId, node: NodeId) -> anyhow::Result<()> {
+        let cert = &self.files.cert;
+        let pem = crate::pem::read(cert)?;
+        let chain = parse_certs(cert, &pem)?;
+        let (cn, sans) = certificate_names(chain[0].as_ref())
+            .map_err(|e| anyhow::anyhow!("{}: unreadable certificate: {e}", cert.display()))?;
+        let (name, entry) = self.config.resolve_identity(cn.as_deref(), &sans).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: this member's certificate: {e}; add it as {{ role = \"peer\", set = {set}, \
+                 node = {node} }}",
+                cert.display()
+            )
+        })?;
+        if entry.role() != Role::Peer || entry.set() != Some(set) || entry.node() != Some(node) {
+            let found = match (entry.set(), entry.node()) {
+                (Some(s), Some(n)) => format!("role {} of set {s}, node {n}", entry.role()),
+                (Some(s), None) => format!("role {} of set {s}", entry.role()),
+                _ => format!("role {}", entry.role()),
+            };
+            anyhow::bail!(
+                "{}: this member (set {set}, node {node}) presents identity {name:?}, which \
+                 [tls.identities] lists as {found}: its peers would refuse its Raft messages. \
+                 Give it its own certificate, listed as {{ role = \"peer\", set = {set}, node = \
+                 {node} }}",
+                cert.display()
+            );
+        }
+        Ok(())
+    }
+
     /// Secure by default: without `[tls]` a server refuses to start unless told `insecure`
     /// (`--insecure`), and then it is `None` (plaintext). With `[tls]`, the process's
     /// certificate and key are required, and `insecure` is refused (it would be silently

@@ -23,7 +23,8 @@
 //! - `identity.rs`: who is at the other end ([`PeerIdentity`], [`certificate_names`]) and the
 //!   authorised caller handlers see ([`Caller`]).
 //! - `authz.rs`: **the role → RPC table** ([`need_for`]) and the decision for one call
-//!   ([`authorize`], [`require_admin`], [`alloc_identity`]). Adding an RPC means a row there.
+//!   ([`authorize`], [`require_admin`], [`alloc_identity`], [`require_own_node`]). Adding an RPC
+//!   means a row there.
 //! - `layer.rs`: the tower layer in front of every service ([`AuthLayer`], [`auth_layer`]):
 //!   refusals and the audit lines ([`AUDIT_TARGET`]).
 //! - `accept.rs`: server accept ([`ServerTls`], [`incoming`], [`TlsConn`]), serving a router
@@ -47,7 +48,9 @@ pub mod reload;
 pub use accept::{
     incoming, ServeExt, ServerTls, TlsConn, TlsSetup, HANDSHAKE_TIMEOUT, TCP_KEEPALIVE,
 };
-pub use authz::{alloc_identity, authorize, need_for, require_admin, Grant, Need};
+pub use authz::{
+    alloc_identity, authorize, need_for, require_admin, require_own_node, Grant, Need,
+};
 pub use connect::{
     client_tls_config, endpoint, endpoint_with, endpoint_with_config, generation, process_tls,
     server_ca_plane, server_name_for, server_names_of, set_process_tls, use_cluster_identity,

@@ -109,9 +109,9 @@ peer_ca = "peer-ca.pem"
 "alloc-0-2" = { role = "alloc", set = 0 }
 "alloc-1-1" = { role = "alloc", set = 1 }
 "admin" = "admin"
-"store-0-1" = { role = "peer", set = 0 }
-"store-0-2" = { role = "peer", set = 0 }
-"store-1-1" = { role = "peer", set = 1 }
+"store-0-1" = { role = "peer", set = 0, node = 1 }
+"store-0-2" = { role = "peer", set = 0, node = 2 }
+"store-1-1" = { role = "peer", set = 1, node = 1 }
 "#;
 
 fn tls_config() -> TlsConfig {
@@ -735,6 +735,21 @@ async fn without_tls_a_server_serves_plaintext_with_no_role_check() {
         Endpoint::from_shared(format!("http://{}", server.addr)).unwrap().connect().await.unwrap();
     unary(channel, MOVE_SECTIONS).await.expect("plaintext: no identity, no check");
     assert_eq!(server.seen.count(), 1);
+}
+
+/// A member whose certificate is not, in `[tls.identities]`, the peer of its set naming its
+/// node id does not start (its peers would refuse every Raft batch it sends).
+#[test]
+fn a_member_must_present_the_identity_of_its_own_node() {
+    let ca = ca("cluster");
+    let dir = Dir::one_ca(&ca, &ca.server("store-0-1"));
+    let setup = TlsSetup { config: Arc::new(tls_config()), files: dir.files(), kind: STORE0 };
+    setup.check_member_identity(SetId(0), seqsvr_core::ids::NodeId(1)).unwrap();
+    let err = setup.check_member_identity(SetId(0), seqsvr_core::ids::NodeId(2)).unwrap_err();
+    let err = err.to_string();
+    assert!(err.contains("\"store-0-1\"") && err.contains("node = 2"), "{err}");
+    let err = setup.check_member_identity(SetId(1), seqsvr_core::ids::NodeId(1)).unwrap_err();
+    assert!(err.to_string().contains("set 1"), "{err}");
 }
 
 /// Secure by default: no `[tls]` and no `--insecure` is a refusal to start, naming both ways

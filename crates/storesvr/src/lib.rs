@@ -291,6 +291,7 @@ fn write_created_marker(marker: &std::path::Path, set_id: seqsvr_core::ids::SetI
 /// they change), if configured.
 fn peer_tls(config: &NodeConfig) -> anyhow::Result<Option<Arc<seqsvr_tls::ReloadingClientTls>>> {
     let Some(setup) = &config.tls else { return Ok(None) };
+    setup.check_member_identity(config.set_id, config.node_id)?;
     let plane = seqsvr_tls::Plane::Peer;
     // Only members of this set may answer: the name of this set's StoreSvrs.
     let set = Some(config.set_id);

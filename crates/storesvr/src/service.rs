@@ -501,6 +501,12 @@ impl pb::raft_transport_server::RaftTransport for ServiceContext {
         &self,
         request: Request<pb::RaftMessageBatch>,
     ) -> Result<Response<pb::RaftSendResponse>, Status> {
+        // Before anything of the batch is looked at: the caller must be member `from` itself.
+        if let Err(refused) = seqsvr_tls::require_own_node(&request, NodeId(request.get_ref().from))
+        {
+            metrics::counter!("seqsvr_store_raft_messages_refused_total").increment(1);
+            return Err(refused);
+        }
         let batch = request.into_inner();
         if batch.set_id != self.set_id.0 {
             return Err(Status::failed_precondition(format!(
