@@ -169,7 +169,7 @@ fn use_admin_identity(tls: &TlsConfig) {
         &pki.join("admin.key"),
     )
     .expect("the test PKI's admin identity");
-    seqsvr_client::tls::set_process_tls(Some(admin));
+    seqsvr_client::tls::set_process_tls(admin);
 }
 
 /// The id schemes every test cluster serves: each of the five, under its own name, with
@@ -440,7 +440,7 @@ impl Cluster {
         config.validate().expect("test cluster config is valid");
         match &config.tls {
             Some(tls) => use_admin_identity(tls),
-            None => seqsvr_client::tls::set_process_tls(None),
+            None => seqsvr_client::tls::use_plaintext(),
         }
         let config_path = dir.path().join("cluster.toml");
         std::fs::write(&config_path, config.to_toml_string()).expect("write cluster.toml");

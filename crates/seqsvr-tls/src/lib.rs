@@ -56,9 +56,10 @@ pub use authz::{
     alloc_identity, authorize, need_for, require_admin, require_own_node, Grant, Need,
 };
 pub use connect::{
-    client_tls_config, endpoint, endpoint_with, endpoint_with_config, generation, process_tls,
-    server_ca_plane, server_name_for, server_names_of, set_process_tls, use_cluster_identity,
-    ClientTls, IdentityError, ReloadingClientTls,
+    client_tls_config, endpoint, endpoint_for, endpoint_with, endpoint_with_config, generation,
+    process_tls, process_transport, server_ca_plane, server_name_for, server_names_of,
+    set_process_tls, use_cluster_identity, use_plaintext, ClientTls, IdentityError,
+    ReloadingClientTls, NO_TRANSPORT,
 };
 pub use gate::{AcceptGate, AcceptLimits, Refusal};
 pub use identity::{certificate_names, Caller, PeerIdentity};
