@@ -415,6 +415,8 @@ mod tests {
     // Tests written for survivors of the mutation run (docs/reliability/mutants.md).
 
     fn shared() -> Arc<Shared> {
+        // A plaintext test AllocSvr: its (never dialled) store channels say so.
+        seqsvr_client::tls::use_plaintext();
         Shared::new(crate::config::AllocConfig::for_tests()).unwrap()
     }
 
