@@ -123,8 +123,12 @@ pub async fn run(config: AllocConfig, shutdown: impl Future<Output = ()>) -> any
         )
         .serve_maybe_tls(listener, tls.as_ref(), {
             let (shared, stop) = (shared.clone(), stop.clone());
+            let mut fatal = shared.fatal.subscribe();
             async move {
-                shutdown.await;
+                tokio::select! {
+                    () = shutdown => {}
+                    _ = fatal.wait_for(Option::is_some) => {}
+                }
                 tracing::info!("shutting down: handing sections back, then draining calls");
                 let _ = stop.send(true);
                 let within =
@@ -145,5 +149,8 @@ pub async fn run(config: AllocConfig, shutdown: impl Future<Output = ()>) -> any
     let _ = advancer_task.await;
     let _ = stop_observe.send(true);
     let _ = observe_task.await;
+    if let Some(why) = shared.fatal.borrow().clone() {
+        anyhow::bail!("{why}");
+    }
     result.context("gRPC server failed")
 }

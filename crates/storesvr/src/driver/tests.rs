@@ -836,3 +836,26 @@ fn a_renamed_scheme_gets_no_worker_id() {
         other => panic!("expected the rename refused, got {other:?}"),
     }
 }
+
+/// A read taken while this member's layout agreed is judged again when it is answered, after
+/// its ReadIndex: here the member's layout changes in between (as when the set's record applies
+/// while the read waits), and the answer is the refusal, not the values. Fails without the
+/// check in `ready.rs`'s answering of reads.
+#[test]
+fn a_read_is_refused_when_the_layout_differs_at_its_answer() {
+    use seqsvr_core::store::SetLayout;
+    let layout = SetLayout { section_size: 10, uid_begin: 0, uid_end: 1_000 };
+    let mut net = Network::with_config(3, |c| c.layout = Some(layout));
+    net.elect(1);
+    let recorded = net.tick_until(&[1], 20, |net| net.store(1).state().control().layout.is_some());
+    assert!(recorded, "the layout was never recorded");
+    let (input, mut rx) = read(0);
+    net.send(1, input);
+    assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)), "waits for its ReadIndex");
+    net.driver(1).config.layout = Some(SetLayout { section_size: 5, ..layout });
+    net.settle();
+    match answer(&mut rx) {
+        Err(RequestError::Precondition(why)) => assert!(why.contains("section_size 5"), "{why}"),
+        other => panic!("expected the refusal at the answer, got {other:?}"),
+    }
+}
