@@ -15,13 +15,14 @@ impl Driver {
         from_addr: &str,
         vote_blocked: bool,
         commands_version: u32,
+        layout: Option<seqsvr_core::store::SetLayout>,
         messages: Vec<Message>,
     ) {
         let now = Instant::now();
         let blocked = self.node.store().vote_blocked();
         for mut m in messages {
             self.last_heard.insert(m.from, now);
-            self.note_commands_version(&m, commands_version, now);
+            self.note_commands_version(&m, commands_version, layout, now);
             if vote_blocked {
                 self.blocked_peers.insert(m.from);
             } else {

@@ -93,10 +93,14 @@ impl Driver {
         if self.layout_refusal().is_some() {
             return; // its sections are not the set's: it plans nothing (logged once)
         }
+        let unrecorded = self.node.store().state().control().layout.is_none();
+        let agreed = match self.config.layout {
+            Some(ours) if unrecorded && self.commands_cover(2) => self.layout_agreed(&ours),
+            _ => false,
+        };
         let control = self.node.store().state().control();
         let record_layout = (self.config.layout)
-            .filter(|_| control.layout.is_none() && control.lease.is_some())
-            .filter(|_| self.commands_cover(2))
+            .filter(|_| agreed && control.lease.is_some())
             .map(|layout| Command::RecordLayout { layout });
         let Some(arbiter) = self.arbiter.get_mut_of_term(term) else { return };
         let mut commands = arbiter.plan(now, control, self.config.sections);
@@ -142,6 +146,26 @@ impl Driver {
             self.changed_layout_logged = true;
         }
         Some(why)
+    }
+
+    /// Whether every member lately reported `ours` as its file's layout (logged, once per
+    /// change, while one did not): the record is made only then.
+    fn layout_agreed(&mut self, ours: &SetLayout) -> bool {
+        let others = self.members_with_another_layout(ours, std::time::Instant::now());
+        if others.is_empty() {
+            return true;
+        }
+        let differing: Vec<String> =
+            (others.iter()).filter_map(|(m, l)| l.map(|l| format!("member {m}: {l}"))).collect();
+        let changed = self.layout_wait_logged.as_ref() != Some(&differing);
+        if changed && !differing.is_empty() {
+            tracing::error!(ours = %ours, ?differing,
+                "members' cluster files map uids otherwise than this leader's: the set's layout is \
+                 not recorded until every member's file agrees (fix the files; values served \
+                 under two layouts could repeat)");
+        }
+        self.layout_wait_logged = Some(differing);
+        false
     }
 
     /// The recorded scheme that `scheme` of this member's config would issue the ids of: one

@@ -859,3 +859,32 @@ fn a_read_is_refused_when_the_layout_differs_at_its_answer() {
         other => panic!("expected the refusal at the answer, got {other:?}"),
     }
 }
+
+/// The leader records the set's layout only once every member reported the same one with its
+/// Raft answers: a member whose file maps uids otherwise (here member 2, with a halved
+/// `section_size`) holds the record back whoever leads, so no single member's file becomes the
+/// set's. Fails without `versions.rs::members_with_another_layout` in `leases.rs::arbitrate`.
+#[test]
+fn one_member_with_another_layout_holds_the_record_back() {
+    use seqsvr_core::store::SetLayout;
+    let layout = SetLayout { section_size: 10, uid_begin: 0, uid_end: 1_000 };
+    let mut net = Network::with_config(3, |c| {
+        let halved = SetLayout { section_size: 5, ..layout };
+        c.layout = Some(if c.node_id == NodeId(2) { halved } else { layout });
+    });
+    net.elect(1);
+    let version = seqsvr_core::store::COMMANDS_VERSION;
+    let raised =
+        net.tick_until(&[1], 20, |net| net.store(1).state().control().commands_version == version);
+    assert!(raised, "the set's version was never raised");
+    for _ in 0..20 {
+        net.tick(&[1]);
+    }
+    net.settle();
+    assert_eq!(net.store(1).state().control().layout, None, "recorded a minority's file");
+    // Once member 2's file agrees (a restart with the fixed file), it is recorded.
+    net.restart_with(2, |c| c.layout = Some(layout));
+    let recorded =
+        net.tick_until(&[1], 20, |net| net.store(1).state().control().layout == Some(layout));
+    assert!(recorded, "not recorded once every member agreed");
+}
