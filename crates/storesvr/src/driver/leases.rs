@@ -292,6 +292,45 @@ impl Driver {
         }
     }
 
+    /// May `alloc` take one more worker id of `scheme`? Registrations of one identity may hold
+    /// at most two per current registration of it (an AllocSvr's, and the one its previous
+    /// incarnation holds until its lease is over): re-registering at one address again and again
+    /// must not take the scheme's worker ids (weibo has 4 a set by default) from everyone else.
+    /// Counted from the applied state; acquisitions in flight are not counted.
+    pub(super) fn check_worker_share(
+        &self,
+        alloc: AllocId,
+        scheme: &str,
+    ) -> Result<(), RequestError> {
+        let control = self.node.store().state().control();
+        let Some(identity) = control.allocs.get(&alloc).and_then(|r| r.identity.as_deref()) else {
+            return Ok(()); // plaintext, or not applied here yet (then the apply refuses)
+        };
+        let of_identity = |a: &AllocId| {
+            control.allocs.get(a).is_some_and(|r| r.identity.as_deref() == Some(identity))
+        };
+        let workers = control.workers.get(scheme);
+        let held: Vec<u64> = (workers.into_iter().flatten())
+            .filter(|(_, w)| w.holder.is_some_and(|h| h != alloc && of_identity(&h)))
+            .map(|(&worker, _)| worker)
+            .collect();
+        if workers.into_iter().flatten().any(|(_, w)| w.holder == Some(alloc)) {
+            return Ok(()); // it holds one already: the acquire answers that one
+        }
+        let current =
+            (control.allocs.keys()).filter(|&&a| control.is_current(a) && of_identity(&a)).count();
+        if held.len() < 2 * current.max(1) {
+            return Ok(());
+        }
+        Err(RequestError::Precondition(format!(
+            "identity {identity:?} holds {} worker ids of scheme {scheme:?} already ({held:?}) \
+             through {current} current registration(s) and older ones whose leases have not run \
+             out: at most two per current registration; wait until the old registrations' \
+             leases end (re-registering again and again takes worker ids from other AllocSvrs)",
+            held.len()
+        )))
+    }
+
     pub(super) fn leases(&self) -> Result<LeasesView, RequestError> {
         let leader = self.node.raft.state == StateRole::Leader;
         let Some(arbiter) = self.arbiter.of_term(self.node.raft.term).filter(|_| leader) else {

@@ -347,8 +347,8 @@ impl Driver {
                 };
                 // Only to a registration the arbiter still grants: one it found dead gets no
                 // lease, and its worker ids are being freed.
-                let checked = self
-                    .check_not_renamed(&scheme)
+                let checked = (self.check_not_renamed(&scheme))
+                    .and_then(|()| self.check_worker_share(alloc, &scheme))
                     .and_then(|()| self.check_may_lease_worker(alloc));
                 if let Err(e) = checked {
                     let _ = reply.send(Err(e));
