@@ -334,7 +334,9 @@ pub struct TlsSetup {
 impl TlsSetup {
     /// For a StoreSvr member at start: its own certificate must be, in `[tls.identities]`, the
     /// peer of its set that names its node id. Its peers refuse every Raft batch it sends
-    /// otherwise (`authz.rs::require_own_node`), so it would run without ever being heard.
+    /// otherwise (`authz.rs::require_own_node`), so it would run without ever being heard. An
+    /// entry without `node` parses (a file for older builds) but is refused here, saying what
+    /// to add.
     pub fn check_member_identity(&self, set: SetId, node: NodeId) -> anyhow::Result<()> {
         let cert = &self.files.cert;
         let pem = crate::pem::read(cert)?;
@@ -348,6 +350,16 @@ impl TlsSetup {
                 cert.display()
             )
         })?;
+        if entry.role() == Role::Peer && entry.set() == Some(set) && entry.node().is_none() {
+            anyhow::bail!(
+                "{}: this member (set {set}, node {node}) presents identity {name:?}, whose \
+                 [tls.identities] entry names no node: add `node = {node}` to it, {{ role = \
+                 \"peer\", set = {set}, node = {node} }}, and to every other peer entry its \
+                 own (a file written for older builds; this build hears only peers bound to \
+                 their node: README \"Upgrading\")",
+                cert.display()
+            );
+        }
         if entry.role() != Role::Peer || entry.set() != Some(set) || entry.node() != Some(node) {
             let found = match (entry.set(), entry.node()) {
                 (Some(s), Some(n)) => format!("role {} of set {s}, node {n}", entry.role()),

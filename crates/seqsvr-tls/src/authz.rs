@@ -200,7 +200,10 @@ pub fn alloc_identity<T>(
 /// node `from` (`[tls.identities]`: `{ role = "peer", set = S, node = N }`). Otherwise one
 /// member's certificate could forge another's votes (a leader without a real majority, which
 /// can lose a committed `max_seq`), its higher-term messages, or its commands version (the
-/// upgrade gate raised early). `None` caller: a plaintext server, nothing to check.
+/// upgrade gate raised early). A peer whose entry names no node (a file written for builds
+/// before `node`) is refused too, the message naming the entry and the `node = N` to add: a
+/// member of this build hears only peers the file binds to their node (README "Upgrading").
+/// `None` caller: a plaintext server, nothing to check.
 pub fn require_own_node<T>(request: &tonic::Request<T>, from: NodeId) -> Result<(), tonic::Status> {
     let Some(caller) = request.extensions().get::<Caller>() else {
         return Ok(());
@@ -213,6 +216,16 @@ pub fn require_own_node<T>(request: &tonic::Request<T>, from: NodeId) -> Result<
             &format!(
                 "its [tls.identities] entry names member {node}, and a member speaks only for \
                  itself (check that member {node} runs with its own certificate)"
+            ),
+        )),
+        (Role::Peer, None) => Err(refuse(
+            caller,
+            &format!("a Raft batch as member {from}"),
+            &format!(
+                "its [tls.identities] entry names no node: add `node = {from}` to it if that \
+                 certificate is member {from}'s ({{ role = \"peer\", set = {}, node = {from} }}; \
+                 README \"Upgrading\")",
+                caller.set.map_or("S".to_string(), |s| s.to_string())
             ),
         )),
         _ => Err(refuse(
@@ -335,6 +348,19 @@ peer_ca = "p.pem"
         let admin = Caller { name: "admin".into(), role: Role::Admin, set: None, node: None };
         request.extensions_mut().insert(admin);
         assert!(require_own_node(&request, NodeId(1)).is_err());
+        // A peer entry written before peers named their node parses (a rolling upgrade's file),
+        // but its batches are refused, saying what to add.
+        let unbound =
+            Caller { name: "store-0-3".into(), role: Role::Peer, set: Some(SetId(0)), node: None };
+        request.extensions_mut().insert(unbound);
+        let err = require_own_node(&request, NodeId(3)).unwrap_err();
+        assert_eq!(err.code(), tonic::Code::PermissionDenied);
+        assert!(
+            err.message().contains("\"store-0-3\"")
+                && err.message().contains("names no node: add `node = 3`"),
+            "{}",
+            err.message()
+        );
     }
 
     #[test]

@@ -750,6 +750,20 @@ fn a_member_must_present_the_identity_of_its_own_node() {
     assert!(err.contains("\"store-0-1\"") && err.contains("node = 2"), "{err}");
     let err = setup.check_member_identity(SetId(1), seqsvr_core::ids::NodeId(1)).unwrap_err();
     assert!(err.to_string().contains("set 1"), "{err}");
+    // A file written for older builds (no `node`) parses, but this member does not start on it,
+    // told what to add.
+    let old = SETS.replace(
+        r#""store-0-1" = { role = "peer", set = 0, node = 1 }"#,
+        r#""store-0-1" = { role = "peer", set = 0 }"#,
+    );
+    let old = ClusterConfig::from_toml_str(&old).expect("a peer entry without node parses");
+    let setup = TlsSetup { config: Arc::new(old.tls.unwrap()), ..setup };
+    let err = setup.check_member_identity(SetId(0), seqsvr_core::ids::NodeId(1)).unwrap_err();
+    let err = err.to_string();
+    assert!(
+        err.contains("\"store-0-1\"") && err.contains("names no node: add `node = 1`"),
+        "{err}"
+    );
 }
 
 /// Secure by default: no `[tls]` and no `--insecure` is a refusal to start, naming both ways
