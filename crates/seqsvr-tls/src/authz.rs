@@ -16,6 +16,9 @@ use crate::identity::{Caller, PeerIdentity};
 use crate::{Plane, ServerKind, AUDIT_TARGET};
 use seqsvr_core::config::{IdentityEntry, Role, TlsConfig};
 use seqsvr_core::ids::{NodeId, SetId};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
 
 /// One way to be allowed a call: a certificate from `plane`'s CA bundle whose identity has
 /// `role` (and, for a peer, belongs to `set`).
@@ -176,6 +179,59 @@ fn refuse(caller: &Caller, what: &str, why: &str) -> tonic::Status {
     tonic::Status::permission_denied(message)
 }
 
+/// Audit lines of refused Raft batches: at most one per [`crate::gate::WARN_EVERY`], with the
+/// count refused since. A member whose peer runs with the wrong certificate (or an unbound
+/// entry) is refused several batches a second; one line per batch would flood the log.
+pub struct RefusalLog {
+    since: Mutex<(Option<Instant>, u64)>,
+    lines: AtomicU64,
+}
+
+impl RefusalLog {
+    pub const fn new() -> RefusalLog {
+        RefusalLog { since: Mutex::new((None, 0)), lines: AtomicU64::new(0) }
+    }
+
+    /// Lines written so far.
+    pub fn lines(&self) -> u64 {
+        self.lines.load(Ordering::Relaxed)
+    }
+
+    /// Counts one refusal; `Some(refused since the last line)` when a line is due.
+    fn due(&self) -> Option<u64> {
+        let mut since = self.since.lock().unwrap_or_else(|e| e.into_inner());
+        since.1 += 1;
+        let now = Instant::now();
+        if since.0.is_some_and(|last| now.duration_since(last) < crate::gate::WARN_EVERY) {
+            return None;
+        }
+        since.0 = Some(now);
+        self.lines.fetch_add(1, Ordering::Relaxed);
+        Some(std::mem::take(&mut since.1))
+    }
+}
+
+impl Default for RefusalLog {
+    fn default() -> Self {
+        RefusalLog::new()
+    }
+}
+
+/// The process's [`RefusalLog`] for Raft batches ([`require_own_node`]).
+static RAFT_REFUSALS: RefusalLog = RefusalLog::new();
+
+/// [`refuse`], its audit line throttled by `log`.
+fn refuse_throttled(caller: &Caller, what: &str, why: &str, log: &RefusalLog) -> tonic::Status {
+    let message =
+        format!("identity {:?} (role {}) may not make {what}: {why}", caller.name, caller.role);
+    if let Some(refused) = log.due() {
+        tracing::warn!(target: AUDIT_TARGET, refused,
+            "PERMISSION_DENIED: {message} (at most one line per 10 s; `refused` counts since the \
+             last, seqsvr_store_raft_messages_refused_total all)");
+    }
+    tonic::Status::permission_denied(message)
+}
+
 /// For the StoreService calls an AllocSvr makes for its own registration (register, heartbeat,
 /// fenced advance, release): the caller's identity, which the store checks against the one that
 /// registered (`ControlState::check_holder`). `None` over plaintext. Any role but `alloc` is
@@ -205,6 +261,15 @@ pub fn alloc_identity<T>(
 /// member of this build hears only peers the file binds to their node (README "Upgrading").
 /// `None` caller: a plaintext server, nothing to check.
 pub fn require_own_node<T>(request: &tonic::Request<T>, from: NodeId) -> Result<(), tonic::Status> {
+    require_own_node_logged(request, from, &RAFT_REFUSALS)
+}
+
+fn require_own_node_logged<T>(
+    request: &tonic::Request<T>,
+    from: NodeId,
+    log: &RefusalLog,
+) -> Result<(), tonic::Status> {
+    let refuse = |caller: &Caller, what: &str, why: &str| refuse_throttled(caller, what, why, log);
     let Some(caller) = request.extensions().get::<Caller>() else {
         return Ok(());
     };
@@ -361,6 +426,25 @@ peer_ca = "p.pem"
             "{}",
             err.message()
         );
+    }
+
+    /// Refused Raft batches write one audit line per WARN_EVERY, not one each. Fails without
+    /// the throttle (three lines).
+    #[test]
+    fn refused_raft_batches_are_logged_at_most_once_per_warn_every() {
+        let log = RefusalLog::new();
+        let mut request = tonic::Request::new(());
+        request.extensions_mut().insert(Caller {
+            name: "store-0-1".into(),
+            role: Role::Peer,
+            set: Some(SetId(0)),
+            node: Some(NodeId(1)),
+        });
+        for _ in 0..3 {
+            let err = require_own_node_logged(&request, NodeId(2), &log).unwrap_err();
+            assert_eq!(err.code(), tonic::Code::PermissionDenied);
+        }
+        assert_eq!(log.lines(), 1);
     }
 
     #[test]
