@@ -11,7 +11,11 @@
 # plane, made once by `seqctl certs init`) live under data/local/.
 # SEQSVR_DEV_DIR puts all of that elsewhere (default data/local; same ports, so one at a time).
 # A binary at <dir>/bin/NAME/storesvr (or allocsvr) runs for process NAME instead of the build's:
-# a rolling upgrade by hand, or scripts/upgrade-check.sh, which mixes an older release in.
+# a rolling upgrade by hand, or scripts/upgrade-check.sh, which mixes an older release in. With
+# a file <dir>/bin/NAME/cluster-without-node, process NAME gets the cluster file without the
+# peers' `node = N` (<dir>/cluster-without-node.toml, made at each start, next to the cluster
+# file for its relative paths): builds before peers named their node refuse the key (README
+# "Upgrading").
 # SEQSVR_DEV_INSECURE=1 runs the same cluster plaintext instead (--insecure, the cluster file
 # data/local/cluster-insecure.toml without [tls]): only to measure what TLS costs
 # (scripts/bench-tls.sh); switch modes with `down` first.
@@ -146,6 +150,12 @@ start_one() {
   [[ $name == store-* ]] && extra=(--initial-cluster-state "$state")
   # A binary of another build for this one process (see the top of this file).
   [ -x "$LOCAL/bin/$name/${cmd%% *}" ] && bin=$LOCAL/bin/$name
+  if [ -e "$LOCAL/bin/$name/cluster-without-node" ]; then
+    # Replaced whole (mv): a process started just before may be reading it.
+    sed -E 's/, node = [0-9]+//' "$CONFIG" >"$LOCAL/cluster-without-node.toml.new"
+    mv "$LOCAL/cluster-without-node.toml.new" "$LOCAL/cluster-without-node.toml"
+    cmd=${cmd/"--config $CONFIG "/"--config $LOCAL/cluster-without-node.toml "}
+  fi
   # shellcheck disable=SC2086
   nohup "$bin"/$cmd "${extra[@]}" >>"$LOCAL/logs/$name.log" 2>&1 </dev/null &
   echo $! >"$(pid_file "$name")"

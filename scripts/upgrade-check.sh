@@ -70,6 +70,9 @@ for name in $NAMES; do
   b=storesvr
   [[ $name == alloc-* ]] && b=allocsvr
   ln -s "$OLD/$b" "$DIR/bin/$name/$b"
+  # REV's build refuses the peers' `node` key: it gets the file without it; an upgraded process
+  # (its bin/NAME removed) the file with it (README "Upgrading").
+  touch "$DIR/bin/$name/cluster-without-node"
 done
 echo ">> starting the cluster on $REV's binaries"
 cluster up >"$DIR/up.log" 2>&1 || { tail -n 30 "$DIR/up.log" >&2; exit 2; }

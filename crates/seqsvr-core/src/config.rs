@@ -844,10 +844,13 @@ pub struct MemberIdentity {
     /// that set's StoreSvrs); refused for the other roles.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub set: Option<SetId>,
-    /// The member (Raft node id) a `peer` is (required), refused for the other roles: a member
-    /// may send Raft messages only as this node (`RaftTransport/Send` refuses a batch whose
-    /// `from` is another), so one member's certificate cannot speak for another. One
-    /// certificate per member.
+    /// The member (Raft node id) a `peer` is, refused for the other roles: a member may send
+    /// Raft messages only as this node (`RaftTransport/Send` refuses a batch whose `from` is
+    /// another), so one member's certificate cannot speak for another. One certificate per
+    /// member. Optional in the file, so that a file written for builds before it (which refuse
+    /// the key) still parses in every binary; but a StoreSvr refuses to start when its own
+    /// entry has none, and refuses every Raft batch from a peer whose entry has none
+    /// (README "Upgrading": when to add it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<NodeId>,
 }
@@ -867,7 +870,8 @@ impl IdentityEntry {
         }
     }
 
-    /// The member a `peer` identity is (always `Some` for a peer of a validated config).
+    /// The member a `peer` identity is; `None` for a peer entry written before peers named
+    /// their node (its member can neither start on this build nor be heard by one).
     pub fn node(&self) -> Option<NodeId> {
         match self {
             IdentityEntry::Role(_) => None,
@@ -952,16 +956,12 @@ impl TlsConfig {
                 ));
             }
             match (entry.role(), entry.node()) {
-                // Refused rather than accepted without Raft rights: a file written before
-                // peers named their node would then start members whose every Raft batch their
-                // peers refuse, a set that loses its quorum one upgraded member at a time.
-                (Role::Peer, None) => {
-                    return invalid(format!(
-                        "tls.identities: peer {name:?} must name the member it is: {{ role = \"peer\", \
-                         set = S, node = N }} with N its Raft node id (one certificate per member; \
-                         a member may send Raft messages only as its own node)"
-                    ))
-                }
+                // Accepted: a file written for builds before `node` (which refuse the key) must
+                // parse in every binary of this build during a rolling upgrade. What needs the
+                // node refuses without it, naming the entry: a StoreSvr at start for its own
+                // entry (`TlsSetup::check_member_identity`), Raft batches from a peer whose
+                // entry has none (`authz.rs::require_own_node`).
+                (Role::Peer, None) => {}
                 (Role::Peer, Some(NodeId(0))) => {
                     return invalid(format!(
                         "tls.identities: peer {name:?} names node 0, which raft reserves"
@@ -1254,14 +1254,17 @@ peer_ca = "certs/peer-ca.pem"
     fn tls_section_rejects_bad_entries() {
         let with = |extra: &str| format!("{GOOD}{TLS}{extra}\n");
         rejects(&with(r#""x" = "root""#), "untagged");
-        rejects(&with(r#""x" = "peer""#), "must name the member it is");
+        rejects(&with(r#""x" = "peer""#), "must name its set");
         rejects(&with(r#""x" = { role = "peer", node = 1 }"#), "must name its set");
         rejects(&with(r#""x" = { role = "peer", set = 7, node = 1 }"#), "does not exist");
-        // A peer written before peers named their node: refused, naming the entry.
-        rejects(
-            &with(r#""store-0-3" = { role = "peer", set = 0 }"#),
-            r#"peer "store-0-3" must name the member it is"#,
-        );
+        // A peer written before peers named their node parses and validates (a rolling
+        // upgrade's file): only a StoreSvr needs it, of its own entry and of its peers'.
+        let old =
+            ClusterConfig::from_toml_str(&with(r#""store-0-3" = { role = "peer", set = 0 }"#))
+                .expect("a peer entry without node is accepted")
+                .tls
+                .unwrap();
+        assert_eq!(old.identities["store-0-3"].node(), None);
         rejects(&with(r#""x" = { role = "peer", set = 0, node = 0 }"#), "reserves");
         rejects(&with(r#""x" = { role = "alloc", set = 0, node = 1 }"#), "only a peer names");
         rejects(&with(r#""x" = { role = "client", set = 0 }"#), "only a peer or an alloc");

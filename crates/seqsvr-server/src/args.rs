@@ -13,8 +13,9 @@ pub struct ServerArgs {
     /// The cluster config (TOML) shared by every process of the cluster.
     #[arg(long, env = "SEQSVR_CONFIG")]
     pub config: PathBuf,
-    /// Where to serve Prometheus metrics (`GET /metrics`): `auto` (the listen address with its
-    /// port + 10000), `off`, or HOST:PORT.
+    /// Where to serve Prometheus metrics (`GET /metrics`, plaintext, ungated): `auto` (the
+    /// loopback address at the listen port + 10000), `off`, or HOST:PORT (a private interface
+    /// only the scraper reaches).
     #[arg(long, env = "SEQSVR_METRICS_ADDR", default_value = "auto", display_order = 900)]
     pub metrics_addr: String,
     /// This server's certificate chain (PEM), required when the cluster file has `[tls]`.

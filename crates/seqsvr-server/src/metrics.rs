@@ -2,10 +2,17 @@
 //! (`--metrics-addr`, `GET /metrics`), recorded through the `metrics` facade and rendered by
 //! `metrics-exporter-prometheus`. Names follow Prometheus practice: `seqsvr_` prefix, base
 //! units, `_total` counters, `_seconds` histograms, and never a uid in a label.
+//!
+//! The listener is the exporter's own: plaintext HTTP, no client certificate, and no bound on
+//! the connections it holds open (its allow-list answers 403 after accepting; nothing like
+//! `seqsvr-tls`'s `AcceptGate` can be put in front of it). Anyone who reaches it can read every
+//! series and hold connections, each a file descriptor of this process. So `auto` binds it to
+//! the loopback address, and an explicit address should be a private interface only the
+//! scraper reaches (README "Metrics").
 
 use anyhow::{bail, Context};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// Latency buckets, in seconds: 50 µs to 10 s.
 pub const LATENCY_BUCKETS: &[f64] = &[
@@ -23,8 +30,9 @@ pub const COUNT_HISTOGRAMS: &[&str] = &["seqsvr_alloc_batch_uids", "seqsvr_alloc
 /// How far the default metrics port sits above the gRPC port (`7101` → `17101`).
 pub const DEFAULT_PORT_OFFSET: u16 = 10_000;
 
-/// Where the metrics listener goes: `off`, `auto` (the gRPC listen address with its port
-/// + [`DEFAULT_PORT_OFFSET`]), or an explicit `host:port`.
+/// Where the metrics listener goes: `off`, `auto` (the loopback address — `127.0.0.1`, or `::1`
+/// for an IPv6 gRPC address — at the gRPC port + [`DEFAULT_PORT_OFFSET`]: never the gRPC
+/// interface, since the listener is ungated), or an explicit `host:port`.
 pub fn metrics_addr(flag: &str, grpc_listen: SocketAddr) -> anyhow::Result<Option<SocketAddr>> {
     match flag {
         "off" => Ok(None),
@@ -36,7 +44,11 @@ pub fn metrics_addr(flag: &str, grpc_listen: SocketAddr) -> anyhow::Result<Optio
                     grpc_listen.port()
                 );
             };
-            Ok(Some(SocketAddr::new(grpc_listen.ip(), port)))
+            let loopback = match grpc_listen {
+                SocketAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+                SocketAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            };
+            Ok(Some(SocketAddr::new(loopback, port)))
         }
         other => other.parse().map(Some).with_context(|| {
             format!("--metrics-addr {other:?} is not `off`, `auto` or an IP address with a port")
@@ -91,5 +103,10 @@ mod tests {
         let high: SocketAddr = "127.0.0.1:60000".parse().unwrap();
         assert!(metrics_addr("auto", high).unwrap_err().to_string().contains("past 65535"));
         assert!(metrics_addr("localhost", listen).is_err());
+        // The listener is ungated: `auto` never puts it on the gRPC interface.
+        let public: SocketAddr = "0.0.0.0:7101".parse().unwrap();
+        assert_eq!(metrics_addr("auto", public).unwrap(), Some("127.0.0.1:17101".parse().unwrap()));
+        let v6: SocketAddr = "[2001:db8::1]:7101".parse().unwrap();
+        assert_eq!(metrics_addr("auto", v6).unwrap(), Some("[::1]:17101".parse().unwrap()));
     }
 }

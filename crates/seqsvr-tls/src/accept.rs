@@ -33,8 +33,15 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tonic::transport::server::Connected;
 
-/// A TLS handshake that takes longer is dropped.
+/// A TLS handshake that takes longer is dropped (from accept to the verified client
+/// certificate).
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A connection whose ClientHello has not arrived this long after accept is dropped: a real
+/// client sends it at once (it is its first flight), so a connection that sends nothing frees
+/// its handshake slot ([`crate::AcceptGate::handshake`]) after 2 s instead of
+/// [`HANDSHAKE_TIMEOUT`]. The rest of the handshake keeps the whole of [`HANDSHAKE_TIMEOUT`].
+pub const CLIENT_HELLO_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One loaded configuration: what handshakes use, and a verifier per plane to tell afterwards
 /// which planes' CA bundles the client certificate chains to.
@@ -202,11 +209,22 @@ async fn handshake(
     let Some(Loaded { config, planes }) = tls.current() else {
         return Err("no TLS configuration loaded".into());
     };
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+    let started = tokio::time::Instant::now();
+    let hello = tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp);
+    let start = match tokio::time::timeout(CLIENT_HELLO_TIMEOUT, hello).await {
+        Ok(Ok(start)) => start,
+        Ok(Err(e)) => return Err(format!("handshake failed: {e}")),
+        Err(_) => {
+            return Err(format!(
+                "no ClientHello within {CLIENT_HELLO_TIMEOUT:?} of the connection (closed)"
+            ))
+        }
+    };
+    let rest = start.into_stream(config);
+    let stream = match tokio::time::timeout_at(started + HANDSHAKE_TIMEOUT, rest).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return Err(format!("handshake failed: {e}")),
-        Err(_) => return Err("handshake timed out".into()),
+        Err(_) => return Err(format!("handshake not done within {HANDSHAKE_TIMEOUT:?}")),
     };
     let (_, session) = stream.get_ref();
     let chain = match session.peer_certificates() {
@@ -283,13 +301,13 @@ pub fn incoming_gated(
             else {
                 return;
             };
-            let Some(permit) = gate.handshake(remote) else {
+            let Some(handshaking) = gate.handshake(remote) else {
                 continue; // `tcp` and `slot` dropped: closed at once, no longer counted
             };
             let (tls, tx) = (tls.clone(), tx.clone());
             tokio::spawn(async move {
                 let handshaken = handshake(&tls, tcp, remote, slot).await;
-                drop(permit);
+                drop(handshaking);
                 match handshaken {
                     Ok(conn) => {
                         tracing::debug!(%remote, cn = ?conn.peer.cn, planes = ?conn.peer.planes,
@@ -316,7 +334,9 @@ pub struct TlsSetup {
 impl TlsSetup {
     /// For a StoreSvr member at start: its own certificate must be, in `[tls.identities]`, the
     /// peer of its set that names its node id. Its peers refuse every Raft batch it sends
-    /// otherwise (`authz.rs::require_own_node`), so it would run without ever being heard.
+    /// otherwise (`authz.rs::require_own_node`), so it would run without ever being heard. An
+    /// entry without `node` parses (a file for older builds) but is refused here, saying what
+    /// to add.
     pub fn check_member_identity(&self, set: SetId, node: NodeId) -> anyhow::Result<()> {
         let cert = &self.files.cert;
         let pem = crate::pem::read(cert)?;
@@ -330,6 +350,16 @@ impl TlsSetup {
                 cert.display()
             )
         })?;
+        if entry.role() == Role::Peer && entry.set() == Some(set) && entry.node().is_none() {
+            anyhow::bail!(
+                "{}: this member (set {set}, node {node}) presents identity {name:?}, whose \
+                 [tls.identities] entry names no node: add `node = {node}` to it, {{ role = \
+                 \"peer\", set = {set}, node = {node} }}, and to every other peer entry its \
+                 own (a file written for older builds; this build hears only peers bound to \
+                 their node: README \"Upgrading\")",
+                cert.display()
+            );
+        }
         if entry.role() != Role::Peer || entry.set() != Some(set) || entry.node() != Some(node) {
             let found = match (entry.set(), entry.node()) {
                 (Some(s), Some(n)) => format!("role {} of set {s}, node {n}", entry.role()),

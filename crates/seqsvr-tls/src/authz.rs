@@ -16,6 +16,9 @@ use crate::identity::{Caller, PeerIdentity};
 use crate::{Plane, ServerKind, AUDIT_TARGET};
 use seqsvr_core::config::{IdentityEntry, Role, TlsConfig};
 use seqsvr_core::ids::{NodeId, SetId};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
 
 /// One way to be allowed a call: a certificate from `plane`'s CA bundle whose identity has
 /// `role` (and, for a peer, belongs to `set`).
@@ -176,6 +179,59 @@ fn refuse(caller: &Caller, what: &str, why: &str) -> tonic::Status {
     tonic::Status::permission_denied(message)
 }
 
+/// Audit lines of refused Raft batches: at most one per [`crate::gate::WARN_EVERY`], with the
+/// count refused since. A member whose peer runs with the wrong certificate (or an unbound
+/// entry) is refused several batches a second; one line per batch would flood the log.
+pub struct RefusalLog {
+    since: Mutex<(Option<Instant>, u64)>,
+    lines: AtomicU64,
+}
+
+impl RefusalLog {
+    pub const fn new() -> RefusalLog {
+        RefusalLog { since: Mutex::new((None, 0)), lines: AtomicU64::new(0) }
+    }
+
+    /// Lines written so far.
+    pub fn lines(&self) -> u64 {
+        self.lines.load(Ordering::Relaxed)
+    }
+
+    /// Counts one refusal; `Some(refused since the last line)` when a line is due.
+    fn due(&self) -> Option<u64> {
+        let mut since = self.since.lock().unwrap_or_else(|e| e.into_inner());
+        since.1 += 1;
+        let now = Instant::now();
+        if since.0.is_some_and(|last| now.duration_since(last) < crate::gate::WARN_EVERY) {
+            return None;
+        }
+        since.0 = Some(now);
+        self.lines.fetch_add(1, Ordering::Relaxed);
+        Some(std::mem::take(&mut since.1))
+    }
+}
+
+impl Default for RefusalLog {
+    fn default() -> Self {
+        RefusalLog::new()
+    }
+}
+
+/// The process's [`RefusalLog`] for Raft batches ([`require_own_node`]).
+static RAFT_REFUSALS: RefusalLog = RefusalLog::new();
+
+/// [`refuse`], its audit line throttled by `log`.
+fn refuse_throttled(caller: &Caller, what: &str, why: &str, log: &RefusalLog) -> tonic::Status {
+    let message =
+        format!("identity {:?} (role {}) may not make {what}: {why}", caller.name, caller.role);
+    if let Some(refused) = log.due() {
+        tracing::warn!(target: AUDIT_TARGET, refused,
+            "PERMISSION_DENIED: {message} (at most one line per 10 s; `refused` counts since the \
+             last, seqsvr_store_raft_messages_refused_total all)");
+    }
+    tonic::Status::permission_denied(message)
+}
+
 /// For the StoreService calls an AllocSvr makes for its own registration (register, heartbeat,
 /// fenced advance, release): the caller's identity, which the store checks against the one that
 /// registered (`ControlState::check_holder`). `None` over plaintext. Any role but `alloc` is
@@ -200,8 +256,20 @@ pub fn alloc_identity<T>(
 /// node `from` (`[tls.identities]`: `{ role = "peer", set = S, node = N }`). Otherwise one
 /// member's certificate could forge another's votes (a leader without a real majority, which
 /// can lose a committed `max_seq`), its higher-term messages, or its commands version (the
-/// upgrade gate raised early). `None` caller: a plaintext server, nothing to check.
+/// upgrade gate raised early). A peer whose entry names no node (a file written for builds
+/// before `node`) is refused too, the message naming the entry and the `node = N` to add: a
+/// member of this build hears only peers the file binds to their node (README "Upgrading").
+/// `None` caller: a plaintext server, nothing to check.
 pub fn require_own_node<T>(request: &tonic::Request<T>, from: NodeId) -> Result<(), tonic::Status> {
+    require_own_node_logged(request, from, &RAFT_REFUSALS)
+}
+
+fn require_own_node_logged<T>(
+    request: &tonic::Request<T>,
+    from: NodeId,
+    log: &RefusalLog,
+) -> Result<(), tonic::Status> {
+    let refuse = |caller: &Caller, what: &str, why: &str| refuse_throttled(caller, what, why, log);
     let Some(caller) = request.extensions().get::<Caller>() else {
         return Ok(());
     };
@@ -213,6 +281,16 @@ pub fn require_own_node<T>(request: &tonic::Request<T>, from: NodeId) -> Result<
             &format!(
                 "its [tls.identities] entry names member {node}, and a member speaks only for \
                  itself (check that member {node} runs with its own certificate)"
+            ),
+        )),
+        (Role::Peer, None) => Err(refuse(
+            caller,
+            &format!("a Raft batch as member {from}"),
+            &format!(
+                "its [tls.identities] entry names no node: add `node = {from}` to it if that \
+                 certificate is member {from}'s ({{ role = \"peer\", set = {}, node = {from} }}; \
+                 README \"Upgrading\")",
+                caller.set.map_or("S".to_string(), |s| s.to_string())
             ),
         )),
         _ => Err(refuse(
@@ -335,6 +413,38 @@ peer_ca = "p.pem"
         let admin = Caller { name: "admin".into(), role: Role::Admin, set: None, node: None };
         request.extensions_mut().insert(admin);
         assert!(require_own_node(&request, NodeId(1)).is_err());
+        // A peer entry written before peers named their node parses (a rolling upgrade's file),
+        // but its batches are refused, saying what to add.
+        let unbound =
+            Caller { name: "store-0-3".into(), role: Role::Peer, set: Some(SetId(0)), node: None };
+        request.extensions_mut().insert(unbound);
+        let err = require_own_node(&request, NodeId(3)).unwrap_err();
+        assert_eq!(err.code(), tonic::Code::PermissionDenied);
+        assert!(
+            err.message().contains("\"store-0-3\"")
+                && err.message().contains("names no node: add `node = 3`"),
+            "{}",
+            err.message()
+        );
+    }
+
+    /// Refused Raft batches write one audit line per WARN_EVERY, not one each. Fails without
+    /// the throttle (three lines).
+    #[test]
+    fn refused_raft_batches_are_logged_at_most_once_per_warn_every() {
+        let log = RefusalLog::new();
+        let mut request = tonic::Request::new(());
+        request.extensions_mut().insert(Caller {
+            name: "store-0-1".into(),
+            role: Role::Peer,
+            set: Some(SetId(0)),
+            node: Some(NodeId(1)),
+        });
+        for _ in 0..3 {
+            let err = require_own_node_logged(&request, NodeId(2), &log).unwrap_err();
+            assert_eq!(err.code(), tonic::Code::PermissionDenied);
+        }
+        assert_eq!(log.lines(), 1);
     }
 
     #[test]

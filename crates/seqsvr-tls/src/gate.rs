@@ -1,15 +1,19 @@
 //! Admission of accepted TCP connections, before anything is read from them ([`AcceptGate`]):
 //! at most [`AcceptLimits::max_connections_per_ip`] open connections from one remote IP, and
-//! (TLS) at most [`AcceptLimits::max_handshakes`] handshakes in progress at once. A connection
-//! past either is closed at once — never queued — counted in
+//! (TLS) at most [`AcceptLimits::max_handshakes`] handshakes in progress at once, of which at
+//! most [`AcceptLimits::max_handshakes_per_ip`] from one remote IP. A connection past any of
+//! them is closed at once — never queued — counted in
 //! `seqsvr_connections_refused_total{reason}`, and logged at most once per [`WARN_EVERY`] with
 //! the number refused since.
 //!
 //! Why: each accepted connection is a file descriptor and (TLS) a task that waits up to
 //! [`crate::HANDSHAKE_TIMEOUT`] for a ClientHello. Without a bound, a flood of stalled
 //! handshakes from anyone who can reach the port exhausts the process's descriptors, and the
-//! member can no longer open its own connections (Raft, the store). A refused handshake only
-//! costs the client a retry; the connections already served are never touched.
+//! member can no longer open its own connections (Raft, the store). The per-IP handshake bound
+//! is what keeps one host from taking every handshake slot: without it, 512 connections that
+//! send nothing, reopened as they time out, refuse every other client's new connection (Raft
+//! reconnects, AllocSvrs dialling a new leader, SDKs). A refused handshake only costs the
+//! client a retry; the connections already served are never touched.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -28,6 +32,11 @@ pub struct AcceptLimits {
     /// client, so this many at once is a reconnect storm of thousands of clients a second; a
     /// stalled one holds its slot for at most [`crate::HANDSHAKE_TIMEOUT`].
     pub max_handshakes: usize,
+    /// TLS handshakes in progress at once from one remote IP, so that one host cannot take all
+    /// of `max_handshakes`: a real client (or one NAT address of SDK processes reconnecting
+    /// together) rarely has more than a few handshakes in flight, since each ends in
+    /// milliseconds; a host stalling its handshakes holds at most this many slots.
+    pub max_handshakes_per_ip: usize,
     /// Connections open at once from one remote IP (handshaking or served), counted from
     /// `accept` until the connection is closed. One SDK process holds a connection or two per
     /// AllocSvr, and thousands of them may share one NAT address, so this is large; it bounds
@@ -36,9 +45,13 @@ pub struct AcceptLimits {
 }
 
 impl AcceptLimits {
-    /// What both servers use: 512 handshakes, 8192 connections per remote IP.
-    pub const DEFAULT: AcceptLimits =
-        AcceptLimits { max_handshakes: 512, max_connections_per_ip: 8192 };
+    /// What both servers use: 512 handshakes, 16 of them per remote IP, 8192 connections per
+    /// remote IP.
+    pub const DEFAULT: AcceptLimits = AcceptLimits {
+        max_handshakes: 512,
+        max_handshakes_per_ip: 16,
+        max_connections_per_ip: 8192,
+    };
 }
 
 impl Default for AcceptLimits {
@@ -54,6 +67,8 @@ pub enum Refusal {
     PerIp,
     /// `max_handshakes` handshakes were in progress.
     Handshakes,
+    /// Its remote IP already has `max_handshakes_per_ip` handshakes in progress.
+    HandshakesPerIp,
 }
 
 impl Refusal {
@@ -61,6 +76,7 @@ impl Refusal {
         match self {
             Refusal::PerIp => "per_ip",
             Refusal::Handshakes => "handshakes",
+            Refusal::HandshakesPerIp => "handshakes_per_ip",
         }
     }
 }
@@ -77,20 +93,29 @@ pub struct AcceptGate {
     limits: AcceptLimits,
     handshakes: Arc<Semaphore>,
     per_ip: Mutex<HashMap<IpAddr, usize>>,
+    handshakes_per_ip: Mutex<HashMap<IpAddr, usize>>,
     refused_per_ip: AtomicU64,
     refused_handshakes: AtomicU64,
-    warned: Mutex<[Warned; 2]>,
+    refused_handshakes_per_ip: AtomicU64,
+    warned: Mutex<[Warned; 3]>,
 }
 
 impl AcceptGate {
     pub fn new(limits: AcceptLimits) -> Arc<AcceptGate> {
-        assert!(limits.max_handshakes > 0 && limits.max_connections_per_ip > 0, "{limits:?}");
+        assert!(
+            limits.max_handshakes > 0
+                && limits.max_handshakes_per_ip > 0
+                && limits.max_connections_per_ip > 0,
+            "{limits:?}"
+        );
         Arc::new(AcceptGate {
             limits,
             handshakes: Arc::new(Semaphore::new(limits.max_handshakes)),
             per_ip: Mutex::new(HashMap::new()),
+            handshakes_per_ip: Mutex::new(HashMap::new()),
             refused_per_ip: AtomicU64::new(0),
             refused_handshakes: AtomicU64::new(0),
+            refused_handshakes_per_ip: AtomicU64::new(0),
             warned: Mutex::new(Default::default()),
         })
     }
@@ -114,21 +139,36 @@ impl AcceptGate {
         Some(IpSlot { gate: self.clone(), ip })
     }
 
-    /// A handshake slot, held until the handshake ends; `None` (refused, counted, logged): the
-    /// limit is reached. The caller drops the socket.
-    pub fn handshake(&self, remote: SocketAddr) -> Option<OwnedSemaphorePermit> {
-        match self.handshakes.clone().try_acquire_owned() {
-            Ok(permit) => Some(permit),
-            Err(_) => {
-                self.refuse(Refusal::Handshakes, remote);
-                None
-            }
+    /// A handshake slot for a connection from `remote`, held until the handshake ends; `None`
+    /// (refused, counted, logged): `remote`'s IP has `max_handshakes_per_ip` in progress, or
+    /// `max_handshakes` are. The caller drops the socket.
+    pub fn handshake(self: &Arc<Self>, remote: SocketAddr) -> Option<HandshakeSlot> {
+        let ip = remote.ip().to_canonical();
+        let mut per_ip = self.handshakes_per_ip.lock().unwrap_or_else(|e| e.into_inner());
+        let in_progress = per_ip.get(&ip).copied().unwrap_or(0);
+        if in_progress >= self.limits.max_handshakes_per_ip {
+            drop(per_ip);
+            self.refuse(Refusal::HandshakesPerIp, remote);
+            return None;
         }
+        let Ok(permit) = self.handshakes.clone().try_acquire_owned() else {
+            drop(per_ip);
+            self.refuse(Refusal::Handshakes, remote);
+            return None;
+        };
+        per_ip.insert(ip, in_progress + 1);
+        Some(HandshakeSlot { gate: self.clone(), ip, _permit: permit })
     }
 
     /// Handshakes in progress now.
     pub fn handshakes_in_progress(&self) -> usize {
         self.limits.max_handshakes - self.handshakes.available_permits()
+    }
+
+    /// Handshakes in progress now from `ip`.
+    pub fn handshakes_from(&self, ip: IpAddr) -> usize {
+        let per_ip = self.handshakes_per_ip.lock().unwrap_or_else(|e| e.into_inner());
+        per_ip.get(&ip.to_canonical()).copied().unwrap_or(0)
     }
 
     /// Connections open now from `ip`.
@@ -142,6 +182,7 @@ impl AcceptGate {
         match why {
             Refusal::PerIp => self.refused_per_ip.load(Ordering::Relaxed),
             Refusal::Handshakes => self.refused_handshakes.load(Ordering::Relaxed),
+            Refusal::HandshakesPerIp => self.refused_handshakes_per_ip.load(Ordering::Relaxed),
         }
     }
 
@@ -149,6 +190,7 @@ impl AcceptGate {
         let counter = match why {
             Refusal::PerIp => &self.refused_per_ip,
             Refusal::Handshakes => &self.refused_handshakes,
+            Refusal::HandshakesPerIp => &self.refused_handshakes_per_ip,
         };
         counter.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("seqsvr_connections_refused_total", "reason" => why.label()).increment(1);
@@ -162,7 +204,8 @@ impl AcceptGate {
         let refused = std::mem::take(&mut w.since);
         w.last = Some(now);
         drop(warned);
-        let AcceptLimits { max_handshakes, max_connections_per_ip } = self.limits;
+        let AcceptLimits { max_handshakes, max_handshakes_per_ip, max_connections_per_ip } =
+            self.limits;
         match why {
             Refusal::PerIp => tracing::warn!(%remote, refused, max_connections_per_ip,
                 "closed new connections at once: their remote IP already has \
@@ -172,6 +215,11 @@ impl AcceptGate {
                 "closed new connections at once: max_handshakes TLS handshakes are in progress \
                  (stalled clients? at most one line per 10 s; `refused` counts since the last, \
                  seqsvr_connections_refused_total{{reason=\"handshakes\"}} all)"),
+            Refusal::HandshakesPerIp => tracing::warn!(%remote, refused, max_handshakes_per_ip,
+                "closed new connections at once: their remote IP already has \
+                 max_handshakes_per_ip TLS handshakes in progress (a host stalling its \
+                 handshakes? at most one line per 10 s; `refused` counts since the last, \
+                 seqsvr_connections_refused_total{{reason=\"handshakes_per_ip\"}} all)"),
         }
     }
 }
@@ -194,6 +242,26 @@ impl Drop for IpSlot {
     }
 }
 
+/// A handshake in progress, counted globally and for its IP until this is dropped (when the
+/// handshake ends, however it ends).
+pub struct HandshakeSlot {
+    gate: Arc<AcceptGate>,
+    ip: IpAddr,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Drop for HandshakeSlot {
+    fn drop(&mut self) {
+        let mut per_ip = self.gate.handshakes_per_ip.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(in_progress) = per_ip.get_mut(&self.ip) {
+            *in_progress -= 1;
+            if *in_progress == 0 {
+                per_ip.remove(&self.ip);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,7 +272,11 @@ mod tests {
 
     #[test]
     fn slots_count_per_ip_until_dropped_and_handshakes_until_released() {
-        let gate = AcceptGate::new(AcceptLimits { max_handshakes: 1, max_connections_per_ip: 2 });
+        let gate = AcceptGate::new(AcceptLimits {
+            max_handshakes: 1,
+            max_handshakes_per_ip: 1,
+            max_connections_per_ip: 2,
+        });
         let a = gate.admit(at("10.0.0.1")).unwrap();
         let b = gate.admit(at("10.0.0.1")).unwrap();
         assert!(gate.admit(at("10.0.0.1")).is_none(), "a third from one IP");
@@ -223,5 +295,37 @@ mod tests {
         assert_eq!(gate.refused(Refusal::Handshakes), 1);
         drop(permit);
         assert!(gate.handshake(at("10.0.0.4")).is_some());
+    }
+
+    /// One host stalling its handshakes takes at most `max_handshakes_per_ip` of the global
+    /// slots: another IP still gets one, and that host gets no more. Fails without the per-IP
+    /// bound (the first IP takes every slot, and 10.0.0.2 is refused).
+    #[test]
+    fn one_ip_takes_at_most_its_share_of_the_handshake_slots() {
+        let gate = AcceptGate::new(AcceptLimits {
+            max_handshakes: 4,
+            max_handshakes_per_ip: 3,
+            max_connections_per_ip: 100,
+        });
+        let mut held = Vec::new();
+        while let Some(slot) = gate.handshake(at("10.0.0.1")) {
+            held.push(slot);
+            assert!(held.len() <= 4, "more handshakes than the global limit");
+        }
+        assert_eq!(held.len(), 3, "one IP stops at max_handshakes_per_ip");
+        assert_eq!(gate.refused(Refusal::HandshakesPerIp), 1);
+        let other = gate.handshake(at("10.0.0.2")).expect("another IP still gets a slot");
+        assert!(gate.handshake(at("::ffff:10.0.0.1")).is_none(), "the same IP, mapped");
+        assert_eq!(gate.refused(Refusal::HandshakesPerIp), 2);
+        assert!(gate.handshake(at("10.0.0.3")).is_none(), "now the global limit");
+        assert_eq!(gate.refused(Refusal::Handshakes), 1);
+        assert_eq!(gate.handshakes_from("10.0.0.1".parse().unwrap()), 3);
+        held.pop();
+        assert_eq!(gate.handshakes_from("10.0.0.1".parse().unwrap()), 2);
+        drop(other);
+        assert!(gate.handshake(at("10.0.0.1")).is_some(), "its slot back once one ended");
+        drop(held);
+        assert_eq!(gate.handshakes_in_progress(), 0);
+        assert_eq!(gate.handshakes_from("10.0.0.1".parse().unwrap()), 0);
     }
 }

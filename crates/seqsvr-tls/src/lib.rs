@@ -28,7 +28,8 @@
 //! - `layer.rs`: the tower layer in front of every service ([`AuthLayer`], [`auth_layer`]):
 //!   refusals and the audit lines ([`AUDIT_TARGET`]).
 //! - `gate.rs`: admission of accepted connections ([`AcceptGate`], [`AcceptLimits`]): open
-//!   connections per remote IP and TLS handshakes in progress, both bounded.
+//!   connections per remote IP and TLS handshakes in progress (in all and per remote IP), all
+//!   bounded.
 //! - `accept.rs`: server accept ([`ServerTls`], [`incoming`], [`TlsConn`]), serving a router
 //!   over it or plaintext with `--insecure` ([`plain_incoming`], [`ServeExt`], [`TlsSetup`]).
 //! - `connect.rs`: client connect: the server-name rule ([`server_name_for`],
@@ -50,7 +51,7 @@ pub mod reload;
 
 pub use accept::{
     incoming, incoming_gated, plain_incoming, PlainConn, ServeExt, ServerTls, TlsConn, TlsSetup,
-    HANDSHAKE_TIMEOUT, TCP_KEEPALIVE,
+    CLIENT_HELLO_TIMEOUT, HANDSHAKE_TIMEOUT, TCP_KEEPALIVE,
 };
 pub use authz::{
     alloc_identity, authorize, need_for, require_admin, require_own_node, Grant, Need,
@@ -61,7 +62,7 @@ pub use connect::{
     set_process_tls, use_cluster_identity, use_plaintext, ClientTls, IdentityError,
     ReloadingClientTls, NO_TRANSPORT,
 };
-pub use gate::{AcceptGate, AcceptLimits, Refusal};
+pub use gate::{AcceptGate, AcceptLimits, HandshakeSlot, Refusal};
 pub use identity::{certificate_names, Caller, PeerIdentity};
 pub use layer::{auth_layer, Auth, AuthLayer};
 pub use pem::{parse_certs, parse_key, TlsError, TlsFiles};

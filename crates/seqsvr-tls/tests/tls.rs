@@ -750,6 +750,20 @@ fn a_member_must_present_the_identity_of_its_own_node() {
     assert!(err.contains("\"store-0-1\"") && err.contains("node = 2"), "{err}");
     let err = setup.check_member_identity(SetId(1), seqsvr_core::ids::NodeId(1)).unwrap_err();
     assert!(err.to_string().contains("set 1"), "{err}");
+    // A file written for older builds (no `node`) parses, but this member does not start on it,
+    // told what to add.
+    let old = SETS.replace(
+        r#""store-0-1" = { role = "peer", set = 0, node = 1 }"#,
+        r#""store-0-1" = { role = "peer", set = 0 }"#,
+    );
+    let old = ClusterConfig::from_toml_str(&old).expect("a peer entry without node parses");
+    let setup = TlsSetup { config: Arc::new(old.tls.unwrap()), ..setup };
+    let err = setup.check_member_identity(SetId(0), seqsvr_core::ids::NodeId(1)).unwrap_err();
+    let err = err.to_string();
+    assert!(
+        err.contains("\"store-0-1\"") && err.contains("names no node: add `node = 1`"),
+        "{err}"
+    );
 }
 
 /// Secure by default: no `[tls]` and no `--insecure` is a refusal to start, naming both ways
@@ -834,31 +848,36 @@ async fn closed_by_the_server(mut tcp: tokio::net::TcpStream) {
 }
 
 /// Stalled handshakes (clients that connect and never send a ClientHello) hold at most
-/// `max_handshakes` slots: one more connection is closed at once — before the handshake
-/// timeout, which is what would close it otherwise — and so is a connection from an IP that has
-/// `max_connections_per_ip` open. Once the stalled ones are gone, a good client is served.
-/// Fails without the gate (the refused connections would wait out the 10 s handshake timeout,
-/// counted nowhere).
+/// `max_handshakes_per_ip` slots per remote IP and `max_handshakes` in all: one more
+/// connection is closed at once — before the ClientHello timeout, which is what would close it
+/// otherwise — and so is a connection from an IP that has `max_connections_per_ip` open. Once
+/// the stalled ones are gone, a good client is served. Fails without the gate (the refused
+/// connections would wait out the ClientHello timeout, counted nowhere).
 #[tokio::test]
 async fn stalled_handshakes_and_one_ips_connections_are_bounded_and_a_good_client_still_connects() {
     let ca = ca("cluster");
     let dir = Dir::one_ca(&ca, &ca.server("store-0-1"));
-    let limits = tls::AcceptLimits { max_handshakes: 2, max_connections_per_ip: 2 };
+    let limits = tls::AcceptLimits {
+        max_handshakes: 2,
+        max_handshakes_per_ip: 1,
+        max_connections_per_ip: 2,
+    };
     let gate = tls::AcceptGate::new(limits);
     let server = serve_gated(&dir, gate.clone(), false).await;
     let one: std::net::IpAddr = "127.0.0.1".parse().unwrap();
 
     let stalled =
-        [tcp_from("127.0.0.1", server.addr).await, tcp_from("127.0.0.1", server.addr).await];
+        [tcp_from("127.0.0.1", server.addr).await, tcp_from("127.0.0.3", server.addr).await];
     until("two handshakes in progress", || gate.handshakes_in_progress() == 2).await;
-    assert_eq!(gate.open_from(one), 2);
+    assert_eq!(gate.open_from(one), 1);
+    assert_eq!(gate.handshakes_from(one), 1);
 
-    // Another IP, but no handshake slot: closed at once.
+    // The stalled client's IP has its one handshake in progress: closed at once.
+    closed_by_the_server(tcp_from("127.0.0.1", server.addr).await).await;
+    assert_eq!(gate.refused(tls::Refusal::HandshakesPerIp), 1);
+    // Another IP, but no handshake slot left in all: closed at once.
     closed_by_the_server(tcp_from("127.0.0.2", server.addr).await).await;
     assert_eq!(gate.refused(tls::Refusal::Handshakes), 1);
-    // The stalled clients' IP is at its limit: closed at once, for that.
-    closed_by_the_server(tcp_from("127.0.0.1", server.addr).await).await;
-    assert_eq!(gate.refused(tls::Refusal::PerIp), 1);
     assert_eq!(gate.handshakes_in_progress(), 2, "the refused ones took no slot");
 
     drop(stalled);
@@ -872,8 +891,13 @@ async fn stalled_handshakes_and_one_ips_connections_are_bounded_and_a_good_clien
     assert_eq!(server.seen.count(), 1);
     assert_eq!(gate.open_from(one), 1, "a served connection counts while it is open");
     assert_eq!(gate.handshakes_in_progress(), 0, "but holds no handshake slot");
-    drop(channel);
-    until("the served connection closed", || gate.open_from(one) == 0).await;
+    // With the served one and a stalled one, the IP is at its limit: closed at once, for that.
+    let _stalled = tcp_from("127.0.0.1", server.addr).await;
+    until("a stalled handshake", || gate.handshakes_in_progress() == 1).await;
+    closed_by_the_server(tcp_from("127.0.0.1", server.addr).await).await;
+    assert_eq!(gate.refused(tls::Refusal::PerIp), 1);
+    drop((channel, _stalled));
+    until("the connections closed", || gate.open_from(one) == 0).await;
 }
 
 /// `--insecure` has no handshake to bound, but one IP's open connections are bounded the same
@@ -882,7 +906,11 @@ async fn stalled_handshakes_and_one_ips_connections_are_bounded_and_a_good_clien
 async fn a_plaintext_server_bounds_one_ips_connections_too() {
     let ca = ca("cluster");
     let dir = Dir::one_ca(&ca, &ca.server("store-0-1"));
-    let limits = tls::AcceptLimits { max_handshakes: 1, max_connections_per_ip: 1 };
+    let limits = tls::AcceptLimits {
+        max_handshakes: 1,
+        max_handshakes_per_ip: 1,
+        max_connections_per_ip: 1,
+    };
     let gate = tls::AcceptGate::new(limits);
     let server = serve_gated(&dir, gate.clone(), true).await;
     let one: std::net::IpAddr = "127.0.0.1".parse().unwrap();
