@@ -83,6 +83,16 @@ impl AllocConfig {
             tuning.request_timeout_ms = v;
         }
         tuning.validate()?;
+        if tuning.max_ids_in_flight < cluster.ids.max_count as usize {
+            bail!(
+                "alloc.max_ids_in_flight ({}) is below ids.max_count ({}): a NextIds call of \
+                 ids.max_count ids could never be answered; raise alloc.max_ids_in_flight or \
+                 lower ids.max_count in {}",
+                tuning.max_ids_in_flight,
+                cluster.ids.max_count,
+                server.config.display()
+            );
+        }
         let Some(default) = default_listen(&args.addr) else {
             bail!("--addr {:?} is not host:port", args.addr)
         };
@@ -131,12 +141,14 @@ pub struct SchemeSetup {
 
 impl SchemeSetup {
     /// The most ids one worker id (one section, for `rongcloud`) can issue within `left_ms`
-    /// from now: every unit up to `max_ahead_units` ahead of the clock, and the units the clock
-    /// passes meanwhile, each with its whole sequence. A count above it could only time out.
-    pub fn ids_within(&self, left_ms: u64) -> u64 {
+    /// from now to a call that may run `ahead_units` ahead of the clock (`max_ahead_units`, or
+    /// less for a big call: `ids::clock::ahead_share`): every unit up to that far ahead, and the
+    /// units the clock passes meanwhile, each with its whole sequence. A count above it could
+    /// only time out.
+    pub fn ids_within(&self, left_ms: u64, ahead_units: u64) -> u64 {
         // The clock can cross one unit boundary more than `left_ms / unit` says.
         let passed = left_ms.div_ceil(self.layout.unit().ms().max(1)).saturating_add(1);
-        let units = self.max_ahead_units.saturating_add(1).saturating_add(passed);
+        let units = ahead_units.saturating_add(1).saturating_add(passed);
         units.saturating_mul(self.layout.max_sequence().saturating_add(1))
     }
     /// `rongcloud`: the uid session `key` is routed by (`IdSchemeConfig::session_uid`).
@@ -150,6 +162,41 @@ impl SchemeSetup {
 pub struct IdSetup {
     pub schemes: BTreeMap<String, SchemeSetup>,
     pub max_count: u32,
+    /// The wall clock the id issuers read.
+    pub clock: WallClock,
+}
+
+/// The wall clock the id issuers read, in Unix ms: the system's; in unit tests one that stands
+/// still until the test moves it (so a test can tell "waits for the clock" from "answered"
+/// without timing anything).
+#[derive(Clone, Debug, Default)]
+pub struct WallClock {
+    #[cfg(test)]
+    fixed: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
+}
+
+impl WallClock {
+    /// Now, in Unix ms.
+    pub fn now_ms(&self) -> u64 {
+        #[cfg(test)]
+        if let Some(ms) = &self.fixed {
+            return ms.load(std::sync::atomic::Ordering::Acquire);
+        }
+        seqsvr_server::clock::unix_ms_now()
+    }
+}
+
+#[cfg(test)]
+impl WallClock {
+    /// A clock that reads `ms` until [`WallClock::set`] moves it (every clone with it).
+    pub(crate) fn fixed(ms: u64) -> WallClock {
+        WallClock { fixed: Some(std::sync::Arc::new(ms.into())) }
+    }
+
+    pub(crate) fn set(&self, ms: u64) {
+        let fixed = self.fixed.as_ref().expect("a fixed clock");
+        fixed.store(ms, std::sync::atomic::Ordering::Release);
+    }
 }
 
 impl IdSetup {
@@ -182,7 +229,7 @@ impl IdSetup {
                 SchemeSetup { layout, max_ahead_units, reserve_units, fingerprint, session_uids },
             );
         }
-        Ok(IdSetup { schemes, max_count: cluster.ids.max_count })
+        Ok(IdSetup { schemes, max_count: cluster.ids.max_count, clock: WallClock::default() })
     }
 }
 
@@ -236,10 +283,13 @@ mod tests {
             seq_bits: Some(13),
             ..LayoutSpec::of(Scheme::UidGenerator)
         });
-        assert_eq!(uid_generator.ids_within(2_000), (2 + 1 + 2 + 1) * 8_192);
-        assert_eq!(uid_generator.ids_within(2_001), (2 + 1 + 3 + 1) * 8_192);
-        assert_eq!(uid_generator.ids_within(0), (3 + 1) * 8_192);
+        let ahead = uid_generator.max_ahead_units;
+        assert_eq!(uid_generator.ids_within(2_000, ahead), (2 + 1 + 2 + 1) * 8_192);
+        assert_eq!(uid_generator.ids_within(2_001, ahead), (2 + 1 + 3 + 1) * 8_192);
+        assert_eq!(uid_generator.ids_within(0, ahead), (3 + 1) * 8_192);
+        assert_eq!(uid_generator.ids_within(2_000, 1), (1 + 1 + 2 + 1) * 8_192, "a big call");
         let snowflake = setup(LayoutSpec::of(Scheme::Snowflake));
-        assert_eq!(snowflake.ids_within(2_000), (2_000 + 1 + 2_000 + 1) * 4_096);
+        let ahead = snowflake.max_ahead_units;
+        assert_eq!(snowflake.ids_within(2_000, ahead), (2_000 + 1 + 2_000 + 1) * 4_096);
     }
 }

@@ -190,25 +190,31 @@ fn install_grant(
         to_load
     };
     shared.changed.notify_waiters();
-    for (range, lease_epoch) in to_load {
+    for load in to_load {
         let shared = shared.clone();
         tokio::spawn(async move {
             let wait = Duration::from_millis(shared.config.tuning.request_timeout_ms);
+            let (range, lease_epoch) = (load.run, load.lease_epoch);
             match shared.store.load(range, wait).await {
                 Ok(values) => {
-                    shared.lock().table.loaded(range, lease_epoch, &values);
+                    let ready = shared.lock().table.loaded(&load, &values);
+                    if ready == 0 {
+                        // Dropped meanwhile, granted at another epoch, or loading again under a
+                        // later load whose answer is the one to apply (`seqsvr_core::alloc::Load`).
+                        tracing::debug!(alloc = %alloc, begin = %range.begin(), end = %range.end(),
+                            lease_epoch = lease_epoch.0, load = load.generation,
+                            "load answer ignored: its sections no longer wait for this load");
+                        return;
+                    }
                     tracing::info!(alloc = %alloc, begin = %range.begin(), end = %range.end(),
                         lease_epoch = lease_epoch.0, "sections loaded; serving them");
                     shared.changed.notify_waiters();
                 }
                 Err(status) => {
-                    // Still Loading: the next heartbeat re-grants and we try again.
+                    // Dropped, so that the next heartbeat's grant loads them again.
                     tracing::warn!(begin = %range.begin(), end = %range.end(), error = %status.message(),
                         "loading granted sections failed");
-                    let mut inner = shared.lock();
-                    for s in range.begin().0..range.end().0 {
-                        inner.table.drop_section(SectionId(s));
-                    }
+                    shared.lock().table.load_failed(&load);
                 }
             }
         });

@@ -78,6 +78,42 @@ impl Outcome {
     }
 }
 
+/// The budgets that bound what calls hold (issue 30), as the `budget` label says them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Budget {
+    /// Calls waiting at once (`alloc.max_waiting_calls`): SeqService calls and id calls.
+    WaitingCalls,
+    /// `NextStream` streams open (`alloc.max_streams`).
+    Streams,
+    /// Bytes of `NextStream` batches held (`alloc.max_stream_bytes`).
+    StreamBytes,
+    /// Ids held by `NextIds` calls (`alloc.max_ids_in_flight`).
+    IdsInFlight,
+}
+
+impl Budget {
+    pub const ALL: [Budget; 4] =
+        [Budget::WaitingCalls, Budget::Streams, Budget::StreamBytes, Budget::IdsInFlight];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Budget::WaitingCalls => "waiting_calls",
+            Budget::Streams => "streams",
+            Budget::StreamBytes => "stream_bytes",
+            Budget::IdsInFlight => "ids_in_flight",
+        }
+    }
+}
+
+/// One budget's series: what it holds now (set by `observe.rs` every 100 ms), its limit, and
+/// how often it was full.
+pub struct BudgetSeries {
+    pub in_use: Gauge,
+    pub limit: Gauge,
+    /// A call refused (waiting calls, streams, ids) or a stream's read held back (stream bytes).
+    pub full: Counter,
+}
+
 struct RpcSeries {
     calls: [Counter; Outcome::ALL.len()],
     values: Counter,
@@ -115,6 +151,7 @@ pub struct AllocMetrics {
     pub ids_clock_back: Counter,
     /// Times a `NextIds` call had to wait for the clock.
     pub ids_clock_waits: Counter,
+    budgets: [BudgetSeries; Budget::ALL.len()],
 }
 
 impl AllocMetrics {
@@ -154,6 +191,29 @@ impl AllocMetrics {
             ids_reservations: counter!("seqsvr_alloc_id_reservations_total"),
             ids_clock_back: counter!("seqsvr_alloc_id_clock_back_total"),
             ids_clock_waits: counter!("seqsvr_alloc_id_clock_waits_total"),
+            budgets: Budget::ALL.map(|b| BudgetSeries {
+                in_use: gauge!("seqsvr_alloc_budget_in_use", "budget" => b.label()),
+                limit: gauge!("seqsvr_alloc_budget_limit", "budget" => b.label()),
+                full: counter!("seqsvr_alloc_budget_full_total", "budget" => b.label()),
+            }),
+        }
+    }
+
+    /// The series of `budget`.
+    pub fn budget(&self, budget: Budget) -> &BudgetSeries {
+        let i = Budget::ALL.iter().position(|&b| b == budget).expect("every Budget is in ALL");
+        &self.budgets[i]
+    }
+
+    /// Publishes the budgets' limits (once, at start).
+    pub fn budget_limits(&self, tuning: &seqsvr_core::config::AllocTuning) {
+        for (budget, limit) in [
+            (Budget::WaitingCalls, tuning.max_waiting_calls),
+            (Budget::Streams, tuning.max_streams),
+            (Budget::StreamBytes, tuning.max_stream_bytes),
+            (Budget::IdsInFlight, tuning.max_ids_in_flight),
+        ] {
+            self.budget(budget).limit.set(limit as f64);
         }
     }
 
@@ -265,6 +325,18 @@ fn describe() {
     );
     describe_gauge!("seqsvr_alloc_route_version", "Version of the newest route table seen.");
     describe_counter!("seqsvr_alloc_heartbeats_total", "Heartbeats to the store, by outcome.");
+    describe_gauge!(
+        "seqsvr_alloc_budget_in_use",
+        "What a budget holds now (refreshed every 100 ms): waiting_calls (calls waiting), streams \
+         (NextStream streams open), stream_bytes (bytes of NextStream batches read whose replies \
+         the transport has not taken), ids_in_flight (ids held by NextIds calls)."
+    );
+    describe_gauge!("seqsvr_alloc_budget_limit", "Each budget's limit (alloc.max_*).");
+    describe_counter!(
+        "seqsvr_alloc_budget_full_total",
+        "Times a budget was full: a call refused with RESOURCE_EXHAUSTED (waiting_calls, streams, \
+         ids_in_flight) or a NextStream stream's reading held back (stream_bytes)."
+    );
 }
 
 #[cfg(test)]

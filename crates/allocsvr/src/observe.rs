@@ -42,6 +42,7 @@ pub async fn observe(shared: Arc<Shared>, health: Health, mut stop: watch::Recei
         m.sections_touched.set(usage.sections_touched as f64);
         m.cur_seq_bytes.set(usage.cur_seq_bytes as f64);
         m.offset_rebases.absolute(usage.rebases);
+        publish_budgets(&shared);
 
         if had_lease != Some(valid) && !stopping {
             match (had_lease, valid) {
@@ -61,5 +62,21 @@ pub async fn observe(shared: Arc<Shared>, health: Health, mut stop: watch::Recei
             (false, false) => "holds no valid lease",
         };
         health.set(valid, reason).await;
+    }
+}
+
+/// What each budget holds now (`seqsvr_alloc_budget_in_use`).
+fn publish_budgets(shared: &Shared) {
+    use crate::metrics::Budget;
+    use std::sync::atomic::Ordering;
+    let tuning = &shared.config.tuning;
+    let streams = tuning.max_streams.saturating_sub(shared.stream_slots.available_permits());
+    for (budget, in_use) in [
+        (Budget::WaitingCalls, shared.waiting_calls.load(Ordering::Relaxed)),
+        (Budget::Streams, streams),
+        (Budget::StreamBytes, shared.budgets.stream_bytes_in_use()),
+        (Budget::IdsInFlight, shared.budgets.ids_in_use()),
+    ] {
+        shared.metrics.budget(budget).in_use.set(in_use as f64);
     }
 }

@@ -74,7 +74,9 @@ pub fn batch_deadline(timeout_ms: u64, request_timeout_ms: u64) -> Instant {
 
 /// A place among the calls waiting at once, given back when the call stops waiting (answered,
 /// timed out, or dropped by its caller). With `alloc.max_waiting_calls` taken, a call that would
-/// wait is refused at once: RESOURCE_EXHAUSTED, not one more task and request in memory.
+/// wait is refused at once: RESOURCE_EXHAUSTED, not one more task and request in memory. Every
+/// public call that waits takes one: `SeqService` calls (for an advance, a load, a hand-over or
+/// a lease) and `NextIds` calls (for the clock, a worker id, a time reservation in the store).
 pub struct WaitSlot<'a> {
     waiting: &'a std::sync::atomic::AtomicUsize,
 }
@@ -88,7 +90,10 @@ impl<'a> WaitSlot<'a> {
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1));
         match taken {
             Ok(_) => Ok(WaitSlot { waiting: &shared.waiting_calls }),
-            Err(_) => Err(AllocError::Saturated { max }),
+            Err(_) => {
+                shared.metrics.budget(crate::metrics::Budget::WaitingCalls).full.increment(1);
+                Err(AllocError::Saturated { max })
+            }
         }
     }
 }
@@ -150,11 +155,23 @@ pub enum AllocError {
     #[error("this AllocSvr is not registered with its store yet")]
     NotRegistered,
     #[error(
-        "this AllocSvr is saturated: {max} calls already wait (for an advance, a load or a \
-         hand-over; alloc.max_waiting_calls); back off before retrying, spread the load, or \
-         raise alloc.step so fewer calls wait"
+        "this AllocSvr is saturated: {max} calls already wait (for an advance, a load, a \
+         hand-over, the clock or an id reservation in the store; alloc.max_waiting_calls); back \
+         off before retrying, spread the load, or raise alloc.step (ids.max_ahead_ms for ids) so \
+         fewer calls wait"
     )]
     Saturated { max: usize },
+    #[error(
+        "this AllocSvr holds {max} bytes of NextStream batches already (alloc.max_stream_bytes) \
+         and found no room for this batch before its deadline: back off, spread the load over \
+         more AllocSvrs, or raise the limit"
+    )]
+    StreamBytesFull { max: usize },
+    #[error(
+        "this NextStream stream holds {max} bytes of batches whose replies its client has not \
+         read (alloc.max_bytes_per_stream): read the replies before sending more"
+    )]
+    StreamFull { max: usize },
     #[error(
         "this AllocSvr serves {max} NextStream streams already (alloc.max_streams): send \
          NextBatch RPCs (the SDK does so by itself), or raise the limit"
@@ -202,6 +219,12 @@ pub enum AllocError {
     #[error("count {count} must be within [1, {max}] (ids.max_count)")]
     BadCount { count: u32, max: u32 },
     #[error(
+        "this AllocSvr holds {in_use} of its {max} ids in flight (alloc.max_ids_in_flight): a \
+         call of {count} does not fit now; back off before retrying, ask for fewer per call, or \
+         raise the limit"
+    )]
+    IdsInFlight { count: u32, in_use: usize, max: usize },
+    #[error(
         "id scheme {name:?} cannot issue ids now: {error} (fix the scheme's layout in the \
          cluster config, or this host's clock)"
     )]
@@ -209,8 +232,8 @@ pub enum AllocError {
     #[error(
         "count {count} is more than one worker id (or rongcloud section) of {name:?} can issue \
          within this call's deadline ({left_ms} ms): at most {reachable} ({per_unit} per time \
-         unit, up to ids.max_ahead_ms ahead of the clock; a call waits at most \
-         alloc.request_timeout_ms); ask for fewer per call"
+         unit, up to ids.max_ahead_ms ahead of the clock, half of it for a call of more \
+         than 4096; a call waits at most alloc.request_timeout_ms); ask for fewer per call"
     )]
     CountUnreachable { count: u32, name: String, left_ms: u64, reachable: u64, per_unit: u64 },
     #[error(
@@ -350,6 +373,9 @@ impl AllocError {
             | E::WorkerRefused { .. }
             | E::SessionsRefused { .. } => Code::FailedPrecondition,
             E::Saturated { .. }
+            | E::StreamBytesFull { .. }
+            | E::StreamFull { .. }
+            | E::IdsInFlight { .. }
             | E::TooManyStreams { .. }
             | E::Ceiling(_)
             | E::RanOut { .. }

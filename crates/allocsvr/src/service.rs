@@ -169,8 +169,88 @@ impl SeqServer {
 /// Batches one `NextStream` stream serves at once. A batch waits only while this AllocSvr's
 /// lease is being renewed (a uid it cannot serve now is answered 0 at once); the others are
 /// answered at once. With this many in hand the stream reads no further, so a client that sends
-/// faster is held back by HTTP/2 flow control, not by memory here.
+/// faster is held back by HTTP/2 flow control, not by memory here. The replies channel holds as
+/// many again.
 const STREAM_BATCHES_IN_HAND: usize = 16;
+
+/// A batch's place in the stream budgets, from when it was read until the transport takes its
+/// reply: `alloc.max_bytes_per_stream` of its stream and `alloc.max_stream_bytes` of all
+/// ([`seqsvr_core::config::AllocTuning::stream_batch_bytes`] of them). Given back when dropped.
+pub struct StreamCharge {
+    _own: tokio::sync::OwnedSemaphorePermit,
+    _all: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// What a stream's replies channel carries: a reply and the charge its batch holds.
+type Outgoing = (Result<pb::NextStreamReply, Status>, Option<StreamCharge>);
+
+/// The replies of one `NextStream` as tonic takes them to the transport: each one's charge is
+/// given back as it is taken.
+pub struct StreamReplies {
+    replies: tokio::sync::mpsc::Receiver<Outgoing>,
+}
+
+impl futures::Stream for StreamReplies {
+    type Item = Result<pb::NextStreamReply, Status>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.replies.poll_recv(cx).map(|next| next.map(|(reply, _charge)| reply))
+    }
+}
+
+/// A batch read while the stream budgets had no room for it: the stream reads nothing more
+/// until they do, or until the batch's deadline passes (then it is answered RESOURCE_EXHAUSTED).
+struct Held {
+    batch: pb::NextStreamRequest,
+    deadline: Instant,
+    charge: std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<StreamCharge, AllocError>> + Send>,
+    >,
+}
+
+/// The budgets of one stream: its own and every stream's.
+struct StreamBudgets {
+    own: Arc<tokio::sync::Semaphore>,
+    max_own: usize,
+    all: Arc<tokio::sync::Semaphore>,
+    max_all: usize,
+}
+
+impl StreamBudgets {
+    /// `bytes` of both at once, if both have them.
+    fn try_charge(&self, bytes: u32) -> Option<StreamCharge> {
+        let own = self.own.clone().try_acquire_many_owned(bytes).ok()?;
+        let all = self.all.clone().try_acquire_many_owned(bytes).ok()?;
+        Some(StreamCharge { _own: own, _all: all })
+    }
+
+    /// `bytes` of both, waiting for them until `deadline` (the stream's own first: it frees up
+    /// as its client reads replies).
+    fn charge_by(
+        &self,
+        bytes: u32,
+        deadline: Instant,
+    ) -> impl std::future::Future<Output = Result<StreamCharge, AllocError>> + Send + 'static {
+        let (own, all) = (self.own.clone(), self.all.clone());
+        let (max_own, max_all) = (self.max_own, self.max_all);
+        async move {
+            let own = tokio::time::timeout_at(deadline, own.acquire_many_owned(bytes))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .ok_or(AllocError::StreamFull { max: max_own })?;
+            let all = tokio::time::timeout_at(deadline, all.acquire_many_owned(bytes))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .ok_or(AllocError::StreamBytesFull { max: max_all })?;
+            Ok(StreamCharge { _own: own, _all: all })
+        }
+    }
+}
 
 impl SeqServer {
     /// Serves one `NextStream` until the client closes its side, the stream breaks, or this
@@ -178,20 +258,34 @@ impl SeqServer {
     /// client that reads no replies for `request_timeout_ms` while some wait for it loses the
     /// stream (and the batches in hand), so it cannot pin them, or the waiting places they
     /// hold, for ever. `_slot` is its place among `alloc.max_streams`.
+    ///
+    /// Memory: each batch read holds its bytes of this stream's `alloc.max_bytes_per_stream`
+    /// and of every stream's `alloc.max_stream_bytes` until the transport takes its reply.
+    /// When either has no room the stream reads nothing more (HTTP/2 flow control then holds
+    /// the client back) until it has, or until the batch read last passes its deadline (it is
+    /// answered RESOURCE_EXHAUSTED).
     async fn serve_stream(
         self,
         mut incoming: tonic::Streaming<pb::NextStreamRequest>,
-        replies: tokio::sync::mpsc::Sender<Result<pb::NextStreamReply, Status>>,
+        replies: tokio::sync::mpsc::Sender<Outgoing>,
         _slot: tokio::sync::OwnedSemaphorePermit,
     ) {
         use futures::StreamExt as _;
-        let stall_limit = Duration::from_millis(self.shared.config.tuning.request_timeout_ms);
+        let tuning = &self.shared.config.tuning;
+        let stall_limit = Duration::from_millis(tuning.request_timeout_ms);
+        let budgets = StreamBudgets {
+            own: Arc::new(tokio::sync::Semaphore::new(tuning.max_bytes_per_stream)),
+            max_own: tuning.max_bytes_per_stream,
+            all: self.shared.budgets.stream_bytes.clone(),
+            max_all: tuning.max_stream_bytes,
+        };
         let mut stop = self.shared.streams_stop.subscribe();
         let stopped = async move {
             let _ = stop.wait_for(|&stopped| stopped).await;
         };
         tokio::pin!(stopped);
         let mut serving = futures::stream::FuturesUnordered::new();
+        let mut held: Option<Held> = None;
         let mut reading = true;
         let mut broke = None;
         loop {
@@ -200,8 +294,8 @@ impl SeqServer {
             let room = replies.capacity() > 0;
             tokio::select! {
                 biased;
-                Some(reply) = serving.next(), if room && !serving.is_empty() => {
-                    if replies.try_send(Ok(reply)).is_err() {
+                Some((reply, charge)) = serving.next(), if room && !serving.is_empty() => {
+                    if replies.try_send((Ok(reply), charge)).is_err() {
                         return; // the client is gone
                     }
                 }
@@ -216,9 +310,32 @@ impl SeqServer {
                     }
                 },
                 _ = &mut stopped, if reading => reading = false,
-                message = incoming.message(), if reading && serving.len() < STREAM_BATCHES_IN_HAND => {
+                charged = async { held.as_mut().expect("guarded").charge.as_mut().await },
+                    if held.is_some() => {
+                    let Held { batch, deadline, .. } = held.take().expect("guarded");
+                    serving.push(self.serve_batch(batch, deadline, charged));
+                }
+                message = incoming.message(),
+                    if reading && held.is_none() && serving.len() < STREAM_BATCHES_IN_HAND => {
                     match message {
-                        Ok(Some(batch)) => serving.push(self.serve_batch(batch)),
+                        Ok(Some(batch)) => {
+                            let timeout_ms = tuning.request_timeout_ms;
+                            let deadline = batch_deadline(batch.timeout_ms, timeout_ms);
+                            // A batch over max_batch_uids (refused unserved) counts as the
+                            // most one stream may hold (validated to fit a u32).
+                            let bytes = tuning.stream_batch_bytes(batch.uids.len());
+                            let bytes = bytes.min(tuning.max_bytes_per_stream) as u32;
+                            match budgets.try_charge(bytes) {
+                                Some(charge) => {
+                                    serving.push(self.serve_batch(batch, deadline, Ok(charge)))
+                                }
+                                None => {
+                                    self.note_stream_held(bytes);
+                                    let charge = Box::pin(budgets.charge_by(bytes, deadline));
+                                    held = Some(Held { batch, deadline, charge });
+                                }
+                            }
+                        }
                         Ok(None) => reading = false,
                         Err(status) => {
                             // Malformed (a message over the limit) or the connection broke:
@@ -234,20 +351,41 @@ impl SeqServer {
             }
         }
         if let Some(status) = broke {
-            let _ = tokio::time::timeout(stall_limit, replies.send(Err(status))).await;
+            let _ = tokio::time::timeout(stall_limit, replies.send((Err(status), None))).await;
         }
     }
 
-    /// One batch of a `NextStream`: served as a `NextBatch` with `independent` set, within the
-    /// batch's own timeout.
-    async fn serve_batch(&self, batch: pb::NextStreamRequest) -> pb::NextStreamReply {
+    /// A stream stops reading: its batch read last finds no room in the stream budgets.
+    fn note_stream_held(&self, bytes: u32) {
+        use std::sync::atomic::Ordering;
+        self.shared.budgets.stream_reads_held.fetch_add(1, Ordering::Relaxed);
+        self.shared.metrics.budget(crate::metrics::Budget::StreamBytes).full.increment(1);
+        tracing::debug!(
+            bytes,
+            in_use = self.shared.budgets.stream_bytes_in_use(),
+            "a NextStream stream stops reading until its batches' replies are taken"
+        );
+    }
+
+    /// One batch of a `NextStream`: served as a `NextBatch` with `independent` set, by
+    /// `deadline`, if it got its place in the stream budgets (`charged`). Answers the reply and
+    /// the charge, which the reply holds until the transport takes it.
+    async fn serve_batch(
+        &self,
+        batch: pb::NextStreamRequest,
+        deadline: Instant,
+        charged: Result<StreamCharge, AllocError>,
+    ) -> (pb::NextStreamReply, Option<StreamCharge>) {
         let started = std::time::Instant::now();
         let mut waited = false;
         let id = RequestId::next_ours(&self.shared);
         let span = tracing::debug_span!("call", rpc = "next_stream", request_id = %id);
+        let (admitted, charge) = match charged {
+            Ok(charge) => (Ok(()), Some(charge)),
+            Err(e) => (Err(e), None),
+        };
         let result = async {
-            let deadline =
-                batch_deadline(batch.timeout_ms, self.shared.config.tuning.request_timeout_ms);
+            admitted?;
             self.check_uids(&batch.uids)?;
             self.shared.metrics.batch(batch.uids.len());
             self.serve(deadline, batch.route_version, &mut waited, &id, |inner| {
@@ -258,7 +396,8 @@ impl SeqServer {
         .instrument(span)
         .await;
         let batch_id = batch.batch_id;
-        match result {
+        drop(batch);
+        let reply = match result {
             Ok((seqs, route_table)) => {
                 let served = seqs.iter().filter(|&&v| v != 0).count();
                 self.observe_outcome(
@@ -282,7 +421,8 @@ impl SeqServer {
                     message: status.message().to_string(),
                 }
             }
-        }
+        };
+        (reply, charge)
     }
 }
 
@@ -381,19 +521,19 @@ impl pb::seq_service_server::SeqService for SeqServer {
         result
     }
 
-    type NextStreamStream =
-        tokio_stream::wrappers::ReceiverStream<Result<pb::NextStreamReply, Status>>;
+    type NextStreamStream = StreamReplies;
 
     async fn next_stream(
         &self,
         request: Request<tonic::Streaming<pb::NextStreamRequest>>,
     ) -> Result<Response<Self::NextStreamStream>, Status> {
         let slot = self.shared.stream_slots.clone().try_acquire_owned().map_err(|_| {
+            self.shared.metrics.budget(crate::metrics::Budget::Streams).full.increment(1);
             to_status(AllocError::TooManyStreams { max: self.shared.config.tuning.max_streams })
         })?;
         let (replies, out) = tokio::sync::mpsc::channel(STREAM_BATCHES_IN_HAND);
         tokio::spawn(self.clone().serve_stream(request.into_inner(), replies, slot));
-        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(out)))
+        Ok(Response::new(StreamReplies { replies: out }))
     }
 
     async fn get_route_table(
@@ -430,12 +570,8 @@ mod tests {
             inner.alloc_id = Some(AllocId(1));
             inner.extend_lease(BootInstant::now() + Duration::from_secs(60));
             let runs = [(SectionRange::new(SectionId(1), SectionId(2)).unwrap(), LeaseEpoch(1))];
-            inner.table.grant(&runs);
-            inner.table.loaded(
-                runs[0].0,
-                LeaseEpoch(1),
-                &BTreeMap::from([(SectionId(1), max_seq)]),
-            );
+            let loads = inner.table.grant(&runs);
+            inner.table.loaded(&loads[0], &BTreeMap::from([(SectionId(1), max_seq)]));
             let entry = |begin, end, alloc| pb::RouteEntry {
                 section_begin: begin,
                 section_end: end,
@@ -533,6 +669,98 @@ mod tests {
         shared.streams_stop.send_replace(true);
         assert!(next_reply().await.is_none(), "the stream ended");
         drop(requests);
+    }
+
+    /// Issue 30 (4): a `NextStream` client that sends many batches and reads no replies holds
+    /// at most `alloc.max_bytes_per_stream` of the AllocSvr's memory: once its batches and
+    /// replies fill it, the stream reads nothing more (flow control holds the client back).
+    /// Another client's stream is still served from `alloc.max_stream_bytes`, and everything
+    /// is given back once the silent client is gone.
+    #[tokio::test]
+    async fn a_stream_client_that_reads_nothing_holds_at_most_its_stream_budget() {
+        let batch_uids = 1_000;
+        let tuning = AllocConfig::for_tests().tuning;
+        let per_batch = tuning.stream_batch_bytes(batch_uids);
+        let s = server_with(1_000, |c| {
+            c.tuning.max_batch_uids = batch_uids;
+            c.tuning.max_bytes_per_stream = 4 * per_batch;
+            c.tuning.max_stream_bytes = 8 * per_batch;
+        });
+        s.shared.lock().table.advanced(SectionId(1), LeaseEpoch(1), Some(1 << 40));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(crate::seq_service(s.shared.clone()))
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
+        let url = format!("http://{addr}");
+        // The silent client: small HTTP/2 windows, so its unread replies soon stop the
+        // transport from taking more.
+        let silent = tonic::transport::Endpoint::from_shared(url.clone())
+            .unwrap()
+            .initial_stream_window_size(65_535)
+            .initial_connection_window_size(65_535)
+            .connect()
+            .await
+            .unwrap();
+        let batch = |batch_id, uids: Vec<u64>| pb::NextStreamRequest {
+            batch_id,
+            uids,
+            route_version: 3,
+            timeout_ms: 1_000,
+        };
+        let sent = 200;
+        let (requests, outgoing) = tokio::sync::mpsc::channel(sent);
+        for id in 0..sent as u64 {
+            requests.try_send(batch(id, vec![15; batch_uids])).unwrap();
+        }
+        let unread = pb::seq_service_client::SeqServiceClient::new(silent)
+            .next_stream(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+            .await
+            .unwrap();
+        let budgets = &s.shared.budgets;
+        let held = || budgets.stream_reads_held.load(std::sync::atomic::Ordering::Relaxed);
+        let guard = Instant::now() + Duration::from_secs(10);
+        while held() == 0 && budgets.stream_bytes_in_use() <= 4 * per_batch {
+            assert!(Instant::now() < guard, "the stream never filled its budget");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let in_use = budgets.stream_bytes_in_use();
+        assert!(
+            in_use <= 4 * per_batch,
+            "the silent stream holds {in_use} bytes, over alloc.max_bytes_per_stream ({})",
+            4 * per_batch
+        );
+        assert!(held() >= 1, "the stream stopped reading");
+        // Another client is served meanwhile.
+        let mut other =
+            pb::seq_service_client::SeqServiceClient::connect(url.clone()).await.unwrap();
+        let (more, outgoing) = tokio::sync::mpsc::channel(1);
+        let mut replies = other
+            .next_stream(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+            .await
+            .unwrap()
+            .into_inner();
+        more.send(batch(1, vec![15])).await.unwrap();
+        let reply = tokio::time::timeout(Duration::from_secs(10), replies.message())
+            .await
+            .expect("no hang")
+            .unwrap()
+            .expect("a reply");
+        assert_eq!((reply.batch_id, reply.code, reply.seqs.len()), (1, 0, 1), "{reply:?}");
+        assert!(budgets.stream_bytes_in_use() <= 8 * per_batch);
+        // The silent client goes: its batches and replies are given back.
+        drop((unread, requests, more, replies));
+        let guard = Instant::now() + Duration::from_secs(10);
+        while budgets.stream_bytes_in_use() > 0 {
+            assert!(
+                Instant::now() < guard,
+                "{} bytes never given back",
+                budgets.stream_bytes_in_use()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// A client with a table newer than ours must not get our older table back (it would be
@@ -903,8 +1131,8 @@ mod tests {
             inner.alloc_id = Some(AllocId(1));
             inner.extend_lease(BootInstant::now() + Duration::from_secs(3600));
             let run = SectionRange::new(SectionId(0), SectionId(sections)).expect("a range");
-            inner.table.grant(&[(run, LeaseEpoch(1))]);
-            inner.table.loaded(run, LeaseEpoch(1), &BTreeMap::new());
+            let loads = inner.table.grant(&[(run, LeaseEpoch(1))]);
+            inner.table.loaded(&loads[0], &BTreeMap::new());
             for s in 0..sections {
                 inner.table.advanced(SectionId(s), LeaseEpoch(1), Some(1 << 40));
             }

@@ -202,11 +202,35 @@ pub struct TableUsage {
     /// Sections rebased since the table was made (a counter: it only grows). A rebase raises
     /// every uid of a section to its `high_water` when one uid's 32-bit offset would overflow.
     pub rebases: u64,
+    /// Sections of load answers ignored because a later load of the section had started (a
+    /// counter: it only grows). See [`Load`].
+    pub stale_loads: u64,
+}
+
+/// One load to send to the store: read the committed `max_seq` of the sections of `run`
+/// under `lease_epoch`. The table numbers every load it starts (`generation`, unique in the
+/// table) and applies an answer only to sections whose current load is still that one.
+///
+/// Why the epoch is not enough: a section dropped while loading (its load failed, or the store
+/// fenced it) and granted again at the same epoch loads again. The first load's answer may
+/// still come, late, with an older `max_seq`. Applied while the second load is out, it would
+/// make the section ready at a base below values the section already served under this epoch
+/// (before the drop), and serve them again (I1). A stale answer that comes after the section
+/// is ready is ignored anyway (only loading sections take answers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Load {
+    pub run: SectionRange,
+    pub lease_epoch: LeaseEpoch,
+    pub generation: u64,
 }
 
 #[derive(Debug)]
 enum SectionState {
-    Loading { lease_epoch: LeaseEpoch },
+    /// `generation`: the load whose answer this section waits for ([`Load`]).
+    Loading {
+        lease_epoch: LeaseEpoch,
+        generation: u64,
+    },
     Ready(SectionSeqs),
 }
 
@@ -227,6 +251,10 @@ pub struct AllocTable {
     offset_limit: u32,
     /// Rebases so far (`TableUsage::rebases`).
     rebases: u64,
+    /// The generation of the last load started ([`Load`]); 0 before the first.
+    last_load: u64,
+    /// Sections of stale load answers ignored so far (`TableUsage::stale_loads`).
+    stale_loads: u64,
 }
 
 impl AllocTable {
@@ -239,6 +267,8 @@ impl AllocTable {
             last_grant: Some(Vec::new()),
             offset_limit: u32::MAX,
             rebases: 0,
+            last_load: 0,
+            stale_loads: 0,
         }
     }
 
@@ -499,11 +529,9 @@ impl AllocTable {
     }
 
     /// Installs a grant: the runs this AllocSvr may serve, with lease epochs. Sections not in it
-    /// are dropped; a section with a new epoch is reloaded. Returns the runs to load.
-    pub fn grant(
-        &mut self,
-        runs: &[(SectionRange, LeaseEpoch)],
-    ) -> Vec<(SectionRange, LeaseEpoch)> {
+    /// are dropped; a section with a new epoch is reloaded. Returns the loads to send (runs of
+    /// adjacent sections of one epoch, each with its own generation: see [`Load`]).
+    pub fn grant(&mut self, runs: &[(SectionRange, LeaseEpoch)]) -> Vec<Load> {
         if self.last_grant.as_deref() == Some(runs) {
             return Vec::new();
         }
@@ -516,54 +544,81 @@ impl AllocTable {
         }
         self.sections.retain(|s, state| {
             let epoch = match state {
-                SectionState::Loading { lease_epoch } => *lease_epoch,
+                SectionState::Loading { lease_epoch, .. } => *lease_epoch,
                 SectionState::Ready(seqs) => seqs.lease_epoch,
             };
             granted.get(s) == Some(&epoch)
         });
-        let mut to_load: Vec<(SectionRange, LeaseEpoch)> = Vec::new();
+        let mut to_load: Vec<Load> = Vec::new();
         for (s, e) in granted {
             if self.sections.contains_key(&s) {
                 continue;
             }
-            self.sections.insert(s, SectionState::Loading { lease_epoch: e });
-            match to_load.last_mut() {
-                Some((r, le)) if *le == e && r.end() == s => {
-                    *r = SectionRange::new(r.begin(), SectionId(s.0 + 1)).expect("grows");
+            let generation = match to_load.last_mut() {
+                Some(load) if load.lease_epoch == e && load.run.end() == s => {
+                    load.run =
+                        SectionRange::new(load.run.begin(), SectionId(s.0 + 1)).expect("grows");
+                    load.generation
                 }
-                _ => to_load.push((SectionRange::new(s, SectionId(s.0 + 1)).expect("one"), e)),
-            }
+                _ => {
+                    self.last_load += 1;
+                    let run = SectionRange::new(s, SectionId(s.0 + 1)).expect("one");
+                    to_load.push(Load { run, lease_epoch: e, generation: self.last_load });
+                    self.last_load
+                }
+            };
+            self.sections.insert(s, SectionState::Loading { lease_epoch: e, generation });
         }
         let sections = &self.sections;
         self.wanting.retain(|s| sections.contains_key(s));
         to_load
     }
 
-    /// A run's committed `max_seq` values arrived (`values` lists the advanced sections; the
-    /// rest are 0). Ignored for sections no longer loading at that epoch.
-    pub fn loaded(
-        &mut self,
-        run: SectionRange,
-        lease_epoch: LeaseEpoch,
-        values: &BTreeMap<SectionId, u64>,
-    ) {
-        for s in run.begin().0..run.end().0 {
+    /// The answer to `load` arrived: the committed `max_seq` of its sections (`values` lists
+    /// the advanced sections; the rest are 0). Applied only to the sections still loading under
+    /// this load (same epoch and generation); a section whose current load is a later one is
+    /// left loading and counted in `TableUsage::stale_loads`. Returns how many sections it made
+    /// ready (0: the whole answer was stale or came for sections no longer held).
+    pub fn loaded(&mut self, load: &Load, values: &BTreeMap<SectionId, u64>) -> usize {
+        let mut ready = 0;
+        for s in load.run.begin().0..load.run.end().0 {
             let s = SectionId(s);
-            if let Some(state @ SectionState::Loading { .. }) = self.sections.get_mut(&s) {
-                if matches!(state, SectionState::Loading { lease_epoch: e } if *e == lease_epoch) {
-                    let max_seq = values.get(&s).copied().unwrap_or(0);
-                    *state = SectionState::Ready(SectionSeqs {
-                        lease_epoch,
-                        max_seq,
-                        base: max_seq,
-                        cur: None,
-                        high_water: max_seq,
-                        want: 0,
-                        in_flight: false,
-                        growth: 1,
-                        high_water_at_send: max_seq,
-                    });
-                }
+            let Some(state) = self.sections.get_mut(&s) else { continue };
+            let SectionState::Loading { lease_epoch, generation } = *state else { continue };
+            if lease_epoch != load.lease_epoch {
+                continue;
+            }
+            if generation != load.generation && !Tooth::AcceptStaleLoad.on() {
+                self.stale_loads += 1;
+                continue;
+            }
+            let max_seq = values.get(&s).copied().unwrap_or(0);
+            *state = SectionState::Ready(SectionSeqs {
+                lease_epoch,
+                max_seq,
+                base: max_seq,
+                cur: None,
+                high_water: max_seq,
+                want: 0,
+                in_flight: false,
+                growth: 1,
+                high_water_at_send: max_seq,
+            });
+            ready += 1;
+        }
+        ready
+    }
+
+    /// `load` failed (the store did not answer): its sections that still wait for it are
+    /// dropped, so that the next grant (even an unchanged one) loads them again. Sections whose
+    /// current load is a later one, or that are ready, are left as they are.
+    pub fn load_failed(&mut self, load: &Load) {
+        for s in load.run.begin().0..load.run.end().0 {
+            let s = SectionId(s);
+            if matches!(self.sections.get(&s), Some(SectionState::Loading { lease_epoch, generation })
+                if *lease_epoch == load.lease_epoch && *generation == load.generation)
+            {
+                self.drop_section(s);
             }
         }
     }
@@ -664,6 +719,7 @@ impl AllocTable {
             }
         }
         u.rebases = self.rebases;
+        u.stale_loads = self.stale_loads;
         u
     }
 

@@ -396,6 +396,17 @@ pub struct AllocTuning {
     /// Most `NextStream` streams open at once on one AllocSvr (the SDK keeps one per client
     /// process); one more is refused with RESOURCE_EXHAUSTED, and that client sends RPCs.
     pub max_streams: usize,
+    /// Bytes all `NextStream` streams together may hold in batches read but whose replies the
+    /// transport has not taken yet ([`AllocTuning::stream_batch_bytes`] each); past it a
+    /// stream stops reading (HTTP/2 flow control holds its client back), and a batch that
+    /// finds no room before its deadline is answered RESOURCE_EXHAUSTED.
+    pub max_stream_bytes: usize,
+    /// The same, for one stream: a client that reads no replies holds at most this much.
+    pub max_bytes_per_stream: usize,
+    /// Ids all `NextIds` calls together may hold between their checks and their answers (one
+    /// call holds its count); a call past it is refused at once with RESOURCE_EXHAUSTED.
+    /// At least `ids.max_count` (the AllocSvr refuses to start otherwise).
+    pub max_ids_in_flight: usize,
 }
 
 impl Default for AllocTuning {
@@ -410,6 +421,9 @@ impl Default for AllocTuning {
             request_timeout_ms: 3_000,
             max_waiting_calls: 10_000,
             max_streams: 4_096,
+            max_stream_bytes: 128 << 20,
+            max_bytes_per_stream: 1 << 20,
+            max_ids_in_flight: 1_000_000,
         }
     }
 }
@@ -455,12 +469,74 @@ impl AllocTuning {
                  alloc.max_streams must be > 0",
             );
         }
+        let batch = self.stream_batch_bytes(self.max_batch_uids);
+        if self.max_bytes_per_stream < batch || self.max_bytes_per_stream > u32::MAX as usize {
+            return invalid(format!(
+                "alloc.max_bytes_per_stream ({}) must be within [{batch}, {}]: one NextStream \
+                 batch of alloc.max_batch_uids ({}) uids is held as {batch} bytes",
+                self.max_bytes_per_stream,
+                u32::MAX,
+                self.max_batch_uids
+            ));
+        }
+        if self.max_stream_bytes < self.max_bytes_per_stream {
+            return invalid(format!(
+                "alloc.max_stream_bytes ({}) must be at least alloc.max_bytes_per_stream ({})",
+                self.max_stream_bytes, self.max_bytes_per_stream
+            ));
+        }
+        if self.max_ids_in_flight == 0 || self.max_ids_in_flight > u32::MAX as usize {
+            return invalid(format!(
+                "alloc.max_ids_in_flight ({}) must be within [1, {}] (and at least ids.max_count)",
+                self.max_ids_in_flight,
+                u32::MAX
+            ));
+        }
         Ok(())
+    }
+
+    /// Fixed bytes a `NextStream` batch is counted for besides its uids (the messages' own
+    /// fields, an error message or a route table in the reply).
+    pub const STREAM_BATCH_OVERHEAD_BYTES: usize = 512;
+
+    /// The bytes a `NextStream` batch of `uids` uids holds until its reply is taken by the
+    /// transport: its decoded request and its reply, 8 bytes a uid each, and
+    /// [`AllocTuning::STREAM_BATCH_OVERHEAD_BYTES`].
+    pub fn stream_batch_bytes(&self, uids: usize) -> usize {
+        uids.saturating_mul(16).saturating_add(Self::STREAM_BATCH_OVERHEAD_BYTES)
     }
 
     /// `prefetch_ratio * step`, in values.
     pub fn prefetch_remaining(&self) -> u64 {
         (self.step as f64 * self.prefetch_ratio) as u64
+    }
+}
+
+#[cfg(test)]
+mod alloc_tuning_tests {
+    use super::*;
+
+    /// The memory budgets (issue 30): the defaults hold, a stream budget that could not take
+    /// one largest batch, a total below one stream's and an empty id budget are refused.
+    #[test]
+    fn the_memory_budgets_must_hold_one_largest_batch_and_one_stream() {
+        let ok = AllocTuning::default();
+        ok.validate().expect("the defaults are valid");
+        assert_eq!(ok.stream_batch_bytes(10), 10 * 16 + AllocTuning::STREAM_BATCH_OVERHEAD_BYTES);
+        let exact = AllocTuning {
+            max_bytes_per_stream: ok.stream_batch_bytes(ok.max_batch_uids),
+            ..ok.clone()
+        };
+        exact.validate().expect("one largest batch per stream is enough");
+        let small =
+            AllocTuning { max_bytes_per_stream: exact.max_bytes_per_stream - 1, ..ok.clone() };
+        let e = small.validate().unwrap_err().to_string();
+        assert!(e.contains("alloc.max_bytes_per_stream") && e.contains("max_batch_uids"), "{e}");
+        let total = AllocTuning { max_stream_bytes: ok.max_bytes_per_stream - 1, ..ok.clone() };
+        let e = total.validate().unwrap_err().to_string();
+        assert!(e.contains("alloc.max_stream_bytes"), "{e}");
+        let no_ids = AllocTuning { max_ids_in_flight: 0, ..ok };
+        assert!(no_ids.validate().unwrap_err().to_string().contains("alloc.max_ids_in_flight"));
     }
 }
 

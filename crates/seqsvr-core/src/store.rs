@@ -1156,6 +1156,9 @@ impl StoreState {
             // A snapshot from a member of a build that dropped the version (a downgrade).
             return Some(Regression::CommandsVersion { ours, theirs });
         }
+        if let Some(ours) = self.control.layout.filter(|l| newer.control.layout != Some(*l)) {
+            return Some(Regression::Layout { ours, theirs: newer.control.layout });
+        }
         for (scheme, ws) in &self.control.workers {
             for (&worker, r) in ws {
                 let theirs = newer
@@ -1204,11 +1207,36 @@ impl StoreState {
 /// What [`StoreState::first_regression`] found going down.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Regression {
-    LeaseEpoch { ours: LeaseEpoch, theirs: LeaseEpoch },
-    MaxSeq { section: SectionId, ours: Seq, theirs: Seq },
-    HighWater { scheme: String, worker: u64, ours: u64, theirs: u64 },
-    SessionMark { scheme: String, section: SectionId, ours: u64, theirs: u64 },
-    CommandsVersion { ours: u32, theirs: u32 },
+    LeaseEpoch {
+        ours: LeaseEpoch,
+        theirs: LeaseEpoch,
+    },
+    MaxSeq {
+        section: SectionId,
+        ours: Seq,
+        theirs: Seq,
+    },
+    HighWater {
+        scheme: String,
+        worker: u64,
+        ours: u64,
+        theirs: u64,
+    },
+    SessionMark {
+        scheme: String,
+        section: SectionId,
+        ours: u64,
+        theirs: u64,
+    },
+    CommandsVersion {
+        ours: u32,
+        theirs: u32,
+    },
+    /// A recorded layout a snapshot drops or changes (it is fixed once recorded).
+    Layout {
+        ours: SetLayout,
+        theirs: Option<SetLayout>,
+    },
 }
 
 impl std::fmt::Display for Regression {
@@ -1235,6 +1263,12 @@ impl std::fmt::Display for Regression {
                 "the set's commands version would go from {ours} down to {theirs} (a snapshot \
                  from a member of an older build: do not downgrade a raised set)"
             ),
+            Regression::Layout { ours, theirs } => match theirs {
+                Some(theirs) => {
+                    write!(f, "the set's recorded layout would change from {ours} to {theirs}")
+                }
+                None => write!(f, "the set's recorded layout ({ours}) would be dropped"),
+            },
         }
     }
 }
@@ -1588,6 +1622,14 @@ mod tests {
         assert_eq!(copy.control.layout, Some(first));
         let decoded = ControlState::decode(&state.control.encode()).expect("decodes");
         assert_eq!(decoded.layout, Some(first));
+        let mut other = copy.clone();
+        other.control.layout = Some(halved);
+        let regression = Some(Regression::Layout { ours: first, theirs: Some(halved) });
+        assert_eq!(state.first_regression(&other), regression, "a snapshot may not change it");
+        other.control.layout = None;
+        let regression = Some(Regression::Layout { ours: first, theirs: None });
+        assert_eq!(state.first_regression(&other), regression, "nor drop it");
+        assert_eq!(state.first_regression(&copy), None);
         assert_eq!(SetLayout::mismatch(Some(&first), &first), None);
         assert_eq!(SetLayout::mismatch(None, &halved), None, "nothing recorded: nothing to refuse");
         let why = SetLayout::mismatch(Some(&first), &halved).expect("a mismatch");

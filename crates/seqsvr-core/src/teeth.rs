@@ -72,6 +72,12 @@
 //!   layout the set recorded (`store.rs` `SetLayout::mismatch`): a StoreSvr restarted with a
 //!   halved `section_size` starts and serves, and a uid whose section number changed goes
 //!   back to the new section's lower `max_seq` (`tests/tests/t95_teeth_layout.rs` catches it).
+//! - `accept-stale-load`: the AllocSvr's allocation table applies a load answer to a section
+//!   loading at the same lease epoch whatever load it answers (`alloc.rs`, `Load`): a late
+//!   answer of a load started before the section was dropped and granted again makes it ready
+//!   at an older `max_seq`, below values it served before the drop. No nemesis run times a load
+//!   answer that late; the table's unit test of that interleaving (`alloc::tests`,
+//!   `scripts/test.sh`) catches it ("stale load").
 
 /// One deliberately unsafe switch (see the module doc for what each breaks).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -111,6 +117,8 @@ pub enum Tooth {
     NoCommandsGate,
     /// `no-layout-check`: a layout differing from the recorded one is served.
     NoLayoutCheck,
+    /// `accept-stale-load`: a load answer is applied whatever load of the section it answers.
+    AcceptStaleLoad,
 }
 
 impl Tooth {
@@ -164,7 +172,7 @@ mod chosen {
     use std::sync::OnceLock;
 
     /// Every switch and the name `SEQSVR_TEETH` gives it.
-    pub const ALL: [(Tooth, &str); 17] = [
+    pub const ALL: [(Tooth, &str); 18] = [
         (Tooth::NoLeaseWait, "no-lease-wait"),
         (Tooth::NoFencing, "no-fencing"),
         (Tooth::BootstrapEmptyVoter, "bootstrap-empty-voter"),
@@ -182,6 +190,7 @@ mod chosen {
         (Tooth::NoRebase, "no-rebase"),
         (Tooth::NoCommandsGate, "no-commands-gate"),
         (Tooth::NoLayoutCheck, "no-layout-check"),
+        (Tooth::AcceptStaleLoad, "accept-stale-load"),
     ];
 
     /// The name of a switch.

@@ -27,7 +27,9 @@
 use protobuf::Message as _;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, StorageError};
-use rocksdb::{Direction, IteratorMode, Options, ReadOptions, WriteBatch, WriteOptions, DB};
+use rocksdb::{
+    DBRecoveryMode, Direction, IteratorMode, Options, ReadOptions, WriteBatch, WriteOptions, DB,
+};
 use seqsvr_core::ids::{NodeId, SectionId, SetId};
 use seqsvr_core::store::{ControlState, StoreState};
 use seqsvr_core::teeth::Tooth;
@@ -76,6 +78,18 @@ pub enum StorageFault {
     Unusable { path: PathBuf, reason: String },
     #[error("corrupt store in {path}: {reason}")]
     Corrupt { path: PathBuf, reason: String },
+    /// RocksDB found a damaged record while opening (see [`db_options`]).
+    #[error(
+        "data dir {path} is damaged: cannot open RocksDB ({source}). Refusing to start; it \
+         will not be re-initialised or repaired. Write-ahead log files: {wal_files}; RocksDB's \
+         own log {path}/LOG names a damaged one (\"dropping N bytes\"). The store holds writes \
+         this member acknowledged: opening without them could bring back an older vote or a \
+         shorter log, and elect a leader that lacks committed entries. Keep the dir for \
+         diagnosis and replace this member as README \"Replace a dead member\" says: `seqctl \
+         store remove`, move the dir away, start it again on an empty data dir with \
+         `--initial-cluster-state existing`, then `seqctl store add-learner` and `promote`."
+    )]
+    Damaged { path: PathBuf, wal_files: String, source: rocksdb::Error },
 }
 
 /// In-memory encodes of our own records cannot fail; if one did, writing empty bytes to disk
@@ -169,6 +183,45 @@ pub struct NodeStorage {
     vote_blocked: bool,
 }
 
+/// The RocksDB options of a member's store (this file is the only place that opens one).
+///
+/// WAL recovery: every write the member acknowledges is in a synced `WriteBatch`, so the WAL
+/// must replay whole. `TolerateCorruptedTailRecords` accepts only a last record cut short (a
+/// write a power cut interrupted: never acknowledged, or an unsynced `commit_apply` that the
+/// log re-derives) and refuses to open on any damaged record before the end. RocksDB's default,
+/// `PointInTime`, would silently stop the replay there and open without everything after it
+/// (an older hard state: a vote forgotten, a shorter log). `AbsoluteConsistency` would also
+/// refuse the torn tail of every power cut. WAL tracking in the MANIFEST is left off: it checks
+/// only WALs closed before a crash, which with one column family are gone once flushed.
+pub(crate) fn db_options(create_if_missing: bool) -> Options {
+    let mut opts = Options::default();
+    opts.create_if_missing(create_if_missing);
+    opts.set_keep_log_file_num(4);
+    opts.set_wal_recovery_mode(DBRecoveryMode::TolerateCorruptedTailRecords);
+    opts
+}
+
+/// The write-ahead log files (`*.log`) in `path` with their sizes, for a refusal's message.
+fn wal_files(path: &Path) -> String {
+    let mut files: Vec<String> = match std::fs::read_dir(path) {
+        Ok(entries) => entries
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+            .map(|e| {
+                let len = e.metadata().map_or_else(|_| "?".into(), |m| m.len().to_string());
+                format!("{} ({len} bytes)", e.path().display())
+            })
+            .collect(),
+        Err(e) => return format!("cannot list {}: {e}", path.display()),
+    };
+    files.sort();
+    if files.is_empty() {
+        "none".into()
+    } else {
+        files.join(", ")
+    }
+}
+
 fn rocks(path: &Path) -> impl Fn(rocksdb::Error) -> StorageFault + '_ {
     move |source| StorageFault::Rocks { path: path.to_path_buf(), source }
 }
@@ -202,12 +255,16 @@ impl NodeStorage {
         log_start: u64,
     ) -> Result<NodeStorage, StorageFault> {
         let fresh = Self::is_fresh(path)?;
-        let mut opts = Options::default();
-        opts.create_if_missing(fresh);
-        opts.set_keep_log_file_num(4);
-        let db = DB::open(&opts, path).map_err(|e| StorageFault::Unusable {
-            path: path.into(),
-            reason: format!("cannot open RocksDB: {e}"),
+        let db = DB::open(&db_options(fresh), path).map_err(|e| {
+            if e.kind() == rocksdb::ErrorKind::Corruption {
+                // Logged by the caller (the process stops with it).
+                StorageFault::Damaged { path: path.into(), wal_files: wal_files(path), source: e }
+            } else {
+                StorageFault::Unusable {
+                    path: path.into(),
+                    reason: format!("cannot open RocksDB: {e}"),
+                }
+            }
         })?;
         if fresh {
             let (cs, members, vote_blocked, start) = match bootstrap {

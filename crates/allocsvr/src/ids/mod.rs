@@ -52,6 +52,19 @@ pub struct IdServer {
 }
 
 impl IdServer {
+    /// `count` ids of `alloc.max_ids_in_flight`, given back when dropped; RESOURCE_EXHAUSTED at
+    /// once if they are not free (a call waiting for them would hold its request and a task).
+    fn ids_in_flight(&self, count: u32) -> Result<tokio::sync::SemaphorePermit<'_>, AllocError> {
+        let budgets = &self.shared.budgets;
+        budgets.ids.try_acquire_many(count).map_err(|_| {
+            let metrics = &self.shared.metrics;
+            metrics.budget(crate::metrics::Budget::IdsInFlight).full.increment(1);
+            let (in_use, max) = (budgets.ids_in_use(), budgets.max_ids);
+            tracing::debug!(count, in_use, max, "NextIds refused: alloc.max_ids_in_flight reached");
+            AllocError::IdsInFlight { count, in_use, max }
+        })
+    }
+
     fn setup(&self, name: &str) -> Result<&SchemeSetup, AllocError> {
         let ids = &self.shared.ids;
         ids.schemes.get(name).ok_or_else(|| {
@@ -76,10 +89,11 @@ impl IdServer {
             return Err(AllocError::BadCount { count: r.count, max });
         }
         layout
-            .usable_at(seqsvr_server::clock::unix_ms_now())
+            .usable_at(self.shared.ids.clock.now_ms())
             .map_err(|error| AllocError::SchemeUnusable { name: r.scheme.clone(), error })?;
         let left_ms = deadline.saturating_duration_since(Instant::now()).as_millis() as u64;
-        let reachable = setup.ids_within(left_ms);
+        let share = clock::ahead_share(setup.max_ahead_units, r.count as usize);
+        let reachable = setup.ids_within(left_ms, share);
         if u64::from(r.count) > reachable {
             return Err(AllocError::CountUnreachable {
                 count: r.count,
@@ -89,6 +103,9 @@ impl IdServer {
                 per_unit: layout.max_sequence().saturating_add(1),
             });
         }
+        // Held until the answer is built: the ids (and the reply they become) count in
+        // `alloc.max_ids_in_flight` before any is allocated.
+        let _in_flight = self.ids_in_flight(r.count)?;
         if layout.scheme() == Scheme::RongCloud {
             let (session_uid, out) = sessions::next_ids(&self.shared, &r, setup, deadline).await?;
             self.shared.metrics.ids_issued.increment(out.len() as u64);
@@ -149,5 +166,220 @@ impl pb::id_service_server::IdService for IdServer {
         request: Request<pb::DecodeIdRequest>,
     ) -> Result<Response<pb::DecodeIdResponse>, Status> {
         self.answer_decode(request.into_inner()).map(Response::new).map_err(to_status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The id service driven without a cluster: a worker id (or a `rongcloud` section) installed
+    //! by hand, a high-water mark far ahead (no store is asked), and a wall clock that stands
+    //! still until the test moves it, so "waits for the clock" is a state, not a timing.
+
+    use super::*;
+    use crate::config::{AllocConfig, IdSetup, WallClock};
+    use crate::state::id_slots::WorkerSlot;
+    use pb::id_service_server::IdService as _;
+    use seqsvr_core::ids::{AllocId, LeaseEpoch, SectionId};
+    use seqsvr_core::idscheme::{Generator, LayoutSpec};
+    use seqsvr_core::section::SectionRange;
+    use seqsvr_server::BootInstant;
+    use std::collections::BTreeMap;
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+    use tonic::Code;
+
+    /// The fixed clock's reading (2026-11-30), a snowflake unit (ms) boundary.
+    const NOW_MS: u64 = 1_796_000_000_000;
+
+    /// An AllocSvr (alloc 1, a valid lease) serving `snowflake` (4,096 ids a ms) under worker
+    /// id 3 whose generator may run `max_ahead_units` ms ahead of the fixed clock, and
+    /// `rongcloud` with every session routed to section 1 (uids 10..20), served at epoch 1.
+    fn id_server(
+        max_ahead_units: u64,
+        tune: impl FnOnce(&mut AllocConfig),
+    ) -> (IdServer, WallClock) {
+        let clock = WallClock::fixed(NOW_MS);
+        let setup = |scheme: Scheme| {
+            let layout = LayoutSpec::of(scheme).load(NOW_MS).expect("the layout loads");
+            SchemeSetup {
+                fingerprint: layout.fingerprint(),
+                layout,
+                max_ahead_units,
+                reserve_units: max_ahead_units + 1,
+                session_uids: 10..20,
+            }
+        };
+        let mut config = AllocConfig::for_tests();
+        config.ids = IdSetup {
+            schemes: BTreeMap::from([
+                ("snowflake".to_string(), setup(Scheme::Snowflake)),
+                ("rongcloud".to_string(), setup(Scheme::RongCloud)),
+            ]),
+            max_count: 100_000,
+            clock: clock.clone(),
+        };
+        tune(&mut config);
+        let shared = Shared::new(config).expect("the state");
+        {
+            let mut inner = shared.lock();
+            inner.alloc_id = Some(AllocId(1));
+            inner.extend_lease(BootInstant::now() + Duration::from_secs(60));
+            let run = SectionRange::new(SectionId(1), SectionId(2)).expect("a range");
+            let loads = inner.table.grant(&[(run, LeaseEpoch(1))]);
+            inner.table.loaded(&loads[0], &BTreeMap::from([(SectionId(1), 0)]));
+            let layout = &shared.ids.schemes["snowflake"].layout;
+            let now = layout.units_at(NOW_MS);
+            let generator = Generator::new(layout, now - 1, max_ahead_units).expect("fits");
+            let slot = WorkerSlot {
+                worker: 3,
+                generator,
+                high_water: now + 1_000_000, // far ahead: no reservation is needed or sent
+                acquired_at: BootInstant::now(),
+                incarnation: 0,
+                reserving: false,
+                reserve_after: None,
+                logged_clock_back: 0,
+            };
+            inner.ids.slots.insert("snowflake".into(), slot);
+        }
+        (IdServer { shared }, clock)
+    }
+
+    fn ask(count: u32, timeout_ms: u64) -> Request<pb::NextIdsRequest> {
+        let scheme = "snowflake".into();
+        let mut r = Request::new(pb::NextIdsRequest { scheme, count, ..Default::default() });
+        r.set_timeout(Duration::from_millis(timeout_ms));
+        r
+    }
+
+    async fn next_ids(s: &IdServer, count: u32, timeout_ms: u64) -> Result<Vec<u64>, Status> {
+        let answer = s.next_ids(ask(count, timeout_ms)).await?.into_inner();
+        Ok(seqsvr_proto::ids64_of(&answer).expect("well-formed ids"))
+    }
+
+    /// `count` ids, the call spawned (it is to wait for the clock).
+    fn spawn_next_ids(
+        s: &IdServer,
+        count: u32,
+    ) -> tokio::task::JoinHandle<Result<Vec<u64>, Status>> {
+        let s = IdServer { shared: s.shared.clone() };
+        tokio::spawn(async move { next_ids(&s, count, 10_000).await })
+    }
+
+    /// Waits (a hang guard, not a timing) until `done` holds.
+    async fn until(what: &str, done: impl Fn() -> bool) {
+        let guard = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < guard, "never: {what}");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    fn waiting(s: &IdServer) -> usize {
+        s.shared.waiting_calls.load(Ordering::Acquire)
+    }
+
+    /// Issue 30 (3a): an id call that waits (here for the clock) takes one of
+    /// `alloc.max_waiting_calls`; with none left, one more that would wait is refused at once
+    /// with RESOURCE_EXHAUSTED, and the place comes back when the waiting call ends.
+    #[tokio::test]
+    async fn id_calls_past_max_waiting_calls_are_refused_at_once() {
+        let (s, clock) = id_server(1, |c| c.tuning.max_waiting_calls = 1);
+        // Units NOW and NOW + 1 (as far ahead as the generator may go) used up.
+        assert_eq!(next_ids(&s, 4_096, 1_000).await.expect("served").len(), 4_096);
+        assert_eq!(next_ids(&s, 4_096, 1_000).await.expect("served").len(), 4_096);
+        let first = spawn_next_ids(&s, 1);
+        // In flight (its id counted) and not done: it waits for the clock (the runtime runs
+        // one task at a time, so it went as far as its wait).
+        until("the third call is in flight", || s.shared.budgets.ids_in_use() == 1).await;
+        let refused = next_ids(&s, 1, 300).await.expect_err("no wait slot left");
+        assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+        assert!(refused.message().contains("alloc.max_waiting_calls"), "{}", refused.message());
+        assert_eq!(waiting(&s), 1, "the waiting call holds the slot");
+        clock.set(NOW_MS + 2);
+        assert_eq!(first.await.expect("no panic").expect("served once the clock moved").len(), 1);
+        assert_eq!(waiting(&s), 0, "the place came back");
+    }
+
+    /// The same for a `rongcloud` call: one waiting for its section's first reservation holds
+    /// the only wait slot, and another is refused at once.
+    #[tokio::test]
+    async fn a_session_call_that_waits_takes_a_wait_slot() {
+        let (s, _clock) = id_server(1, |c| c.tuning.max_waiting_calls = 1);
+        // Another call's first reservation of section 1 is in flight: these calls wait for it.
+        let key = ("rongcloud".to_string(), SectionId(1), LeaseEpoch(1));
+        s.shared.lock().ids.sessions.installing.insert(key);
+        let session = |timeout_ms| {
+            let mut r = Request::new(pb::NextIdsRequest {
+                scheme: "rongcloud".into(),
+                count: 1,
+                session_type: 1,
+                session_hash: Some(7),
+                ..Default::default()
+            });
+            r.set_timeout(Duration::from_millis(timeout_ms));
+            r
+        };
+        let shared = s.shared.clone();
+        let first = tokio::spawn({
+            let r = session(10_000);
+            async move { IdServer { shared }.next_ids(r).await }
+        });
+        until("the session call is in flight", || s.shared.budgets.ids_in_use() == 1).await;
+        let refused = s.next_ids(session(300)).await.expect_err("no wait slot left");
+        assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+        assert!(refused.message().contains("alloc.max_waiting_calls"), "{}", refused.message());
+        assert_eq!(waiting(&s), 1, "the waiting call holds the slot");
+        first.abort();
+        until("the aborted call gave its place back", || waiting(&s) == 0).await;
+    }
+
+    /// Issue 30 (3b): the ids of every call in flight count in `alloc.max_ids_in_flight` before
+    /// any is allocated; a call that does not fit is refused at once with RESOURCE_EXHAUSTED
+    /// (not left to wait, holding its request), and the ids come back with the answer.
+    #[tokio::test]
+    async fn calls_past_max_ids_in_flight_are_refused_at_once() {
+        let (s, clock) = id_server(1, |c| c.tuning.max_ids_in_flight = 5_000);
+        assert_eq!(next_ids(&s, 4_096, 1_000).await.expect("served").len(), 4_096);
+        assert_eq!(next_ids(&s, 4_096, 1_000).await.expect("served").len(), 4_096);
+        assert_eq!(s.shared.budgets.ids_in_use(), 0, "answered calls hold nothing");
+        let waits = spawn_next_ids(&s, 4_000);
+        until("the call of 4000 waits for the clock", || waiting(&s) == 1).await;
+        assert_eq!(s.shared.budgets.ids_in_use(), 4_000);
+        let refused = next_ids(&s, 1_001, 1_000).await.expect_err("4000 + 1001 > 5000");
+        assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+        let message = refused.message();
+        assert!(
+            message.contains("alloc.max_ids_in_flight") && message.contains("4000"),
+            "{message}"
+        );
+        clock.set(NOW_MS + 2);
+        assert_eq!(waits.await.expect("no panic").expect("served").len(), 4_000);
+        assert_eq!(s.shared.budgets.ids_in_use(), 0, "given back with the answer");
+        assert_eq!(next_ids(&s, 1_001, 1_000).await.expect("fits now").len(), 1_001);
+    }
+
+    /// Issue 30 (3c): a caller asking for many ids cannot take the whole lead on the clock. The
+    /// big call (5 units' worth, as far ahead as the generator may go) issues in chunks up to
+    /// half the lead and waits for the clock; a small call meanwhile is answered at once from
+    /// the other half, its ids between the big call's early chunks and its later ones.
+    #[tokio::test]
+    async fn a_small_call_is_answered_while_a_big_one_waits_for_the_clock() {
+        let (s, clock) = id_server(4, |_| {});
+        let per_unit = 4_096;
+        let big = spawn_next_ids(&s, 5 * per_unit);
+        until("the big call waits for the clock (or is done)", || {
+            waiting(&s) == 1 || big.is_finished()
+        })
+        .await;
+        let small = next_ids(&s, 10, 1_000).await.expect("the small call is answered at once");
+        assert!(!big.is_finished(), "the big call waits for the clock");
+        clock.set(NOW_MS + 100);
+        let big = big.await.expect("no panic").expect("served once the clock moved");
+        assert_eq!((big.len(), small.len()), (5 * per_unit as usize, 10));
+        assert!(big.windows(2).all(|w| w[0] < w[1]) && small.windows(2).all(|w| w[0] < w[1]));
+        // Units NOW .. NOW + 2 (half the lead) before the small call, the rest after.
+        let early = 3 * per_unit as usize;
+        assert!(big[early - 1] < small[0] && small[9] < big[early], "interleaved in order");
     }
 }

@@ -26,9 +26,11 @@
 //! The section slots and the rule of where a slot starts are state under the lock
 //! (`state/id_slots.rs`: `Sessions::answered`); this module issues from them and reserves.
 
-use super::clock::{note_clock_back, ran_out, wait_for_unit, RESERVE_BACKOFF};
+use super::clock::{
+    ahead_share, beyond_share, note_clock_back, ran_out, wait_for_unit, CHUNK, RESERVE_BACKOFF,
+};
 use crate::config::SchemeSetup;
-use crate::rpc::{AllocError, NotOwner};
+use crate::rpc::{AllocError, NotOwner, WaitSlot};
 use crate::state::id_slots::Answered;
 use crate::state::{Inner, Shared};
 use seqsvr_core::alloc::SeqError;
@@ -53,11 +55,15 @@ enum SessionStep {
     Wait {
         unit: u64,
     },
+    /// A chunk was issued: let the other callers in, then go on.
+    Yield,
     Done,
 }
 
-/// `NextIds` of a `rongcloud` scheme: `count` ids of one session, from its section's owner.
-/// Returns the uid the session is routed by and the ids.
+/// `NextIds` of a `rongcloud` scheme: `count` ids of one session, from its section's owner,
+/// issued in chunks as `workers.rs` does. A call that waits (for the clock, a reservation or
+/// the section's first one) takes a wait slot first (`alloc.max_waiting_calls`). Returns the
+/// uid the session is routed by and the ids.
 pub async fn next_ids(
     shared: &Arc<Shared>,
     r: &pb::NextIdsRequest,
@@ -80,6 +86,7 @@ pub async fn next_ids(
     let layout = &setup.layout;
     let want = r.count as usize;
     let mut out: Vec<u128> = Vec::with_capacity(want);
+    let mut waiting: Option<WaitSlot> = None;
     loop {
         // Armed before the look under the lock, so a slot installed meanwhile wakes it.
         let installed = shared.changed.notified();
@@ -90,8 +97,12 @@ pub async fn next_ids(
             let fields = (session_type, session_hash);
             issue(shared, &mut inner, &r.scheme, setup, uid, fields, want, &mut out)?
         };
+        if !matches!(step, SessionStep::Done | SessionStep::Yield) && waiting.is_none() {
+            waiting = Some(WaitSlot::take(shared)?);
+        }
         match step {
             SessionStep::Done => break,
+            SessionStep::Yield => tokio::task::yield_now().await,
             SessionStep::Reserve(reservation) => {
                 reserve_session(shared, &r.scheme, reservation, deadline).await?;
             }
@@ -118,14 +129,16 @@ pub async fn next_ids(
                 }
             }
             SessionStep::Wait { unit } => {
-                wait_for_unit(&shared.metrics, &r.scheme, layout, unit, deadline).await?
+                let clock = &shared.ids.clock;
+                wait_for_unit(&shared.metrics, clock, &r.scheme, layout, unit, deadline).await?
             }
         }
     }
     Ok((uid, out))
 }
 
-/// Issues as many of `want` more ids of the session as it can now, under the lock.
+/// Issues as many of `want` more ids of the session as it can now, at most one [`CHUNK`],
+/// under the lock.
 #[allow(clippy::too_many_arguments)]
 fn issue(
     shared: &Arc<Shared>,
@@ -163,7 +176,7 @@ fn issue(
         Err(e) => return Err(AllocError::SectionNotReady(e)),
     };
     let layout = &setup.layout;
-    let now = layout.units_at(seqsvr_server::clock::unix_ms_now());
+    let now = layout.units_at(shared.ids.clock.now_ms());
     let ahead = now.saturating_add(setup.reserve_units).min(layout.max_time());
     let Some(slot) = inner.ids.sessions.slot(name, section, lease_epoch) else {
         let key = (name.to_string(), section, lease_epoch);
@@ -181,8 +194,14 @@ fn issue(
         .packer(&session_fields(zero, session_type, session_hash), 0)
         .map_err(AllocError::Pack)?;
     let mut step = None;
-    while out.len() < want {
-        match slot.generator.next_run(now, slot.high_water, (want - out.len()) as u64) {
+    let share = ahead_share(setup.max_ahead_units, want);
+    let chunk_end = want.min(out.len().saturating_add(CHUNK));
+    while out.len() < chunk_end {
+        if let Some(unit) = beyond_share(&slot.generator, layout, now, share) {
+            step = Some(SessionStep::Wait { unit });
+            break;
+        }
+        match slot.generator.next_run(now, slot.high_water, (chunk_end - out.len()) as u64) {
             Ok(NextRun::Issue(run)) => {
                 out.extend(run.stamps().map(|s| packer.pack(s.time, s.sequence, 0)));
             }
@@ -218,7 +237,8 @@ fn issue(
             let _ = reserve_session(&shared, &name, reservation, Instant::now() + timeout).await;
         });
     }
-    Ok(step.unwrap_or(SessionStep::Done))
+    let done = out.len() >= want;
+    Ok(step.unwrap_or(if done { SessionStep::Done } else { SessionStep::Yield }))
 }
 
 /// Ends a slot's first reservation when dropped (done, failed, or its task panicked): the next

@@ -5,9 +5,11 @@
 //!
 //! [`WorkerSlot`]: crate::state::id_slots::WorkerSlot
 
-use super::clock::{note_clock_back, ran_out, wait_for_unit, RESERVE_BACKOFF};
+use super::clock::{
+    ahead_share, beyond_share, note_clock_back, ran_out, wait_for_unit, CHUNK, RESERVE_BACKOFF,
+};
 use crate::config::SchemeSetup;
-use crate::rpc::AllocError;
+use crate::rpc::{AllocError, WaitSlot};
 use crate::state::id_slots::WorkerSlot;
 use crate::state::{Inner, Shared};
 use seqsvr_core::ids::AllocId;
@@ -19,8 +21,10 @@ use tokio::time::Instant;
 use tonic::Code;
 
 /// `want` ids of scheme `name` (not `rongcloud`) with business number `business`, all under
-/// one worker id: issued under the lock, leasing a worker id, raising its high-water mark or
-/// waiting for the clock in between as the generator asks. Returns the worker id and the ids.
+/// one worker id: issued under the lock (in chunks, yielding in between: `clock.rs`), leasing
+/// a worker id, raising its high-water mark or waiting for the clock in between as the
+/// generator asks. A call that waits takes a wait slot first (`alloc.max_waiting_calls`;
+/// RESOURCE_EXHAUSTED past it). Returns the worker id and the ids.
 pub async fn next_ids(
     shared: &Arc<Shared>,
     name: &str,
@@ -31,20 +35,26 @@ pub async fn next_ids(
 ) -> Result<(u64, Vec<u128>), AllocError> {
     let layout = &setup.layout;
     let mut issued = Issued { ids: Vec::with_capacity(want), worker: None };
+    let mut waiting: Option<WaitSlot> = None;
     let worker_id = loop {
         let step = {
             let mut inner = shared.lock();
             issue(shared, &mut inner, name, setup, business, want, &mut issued)?
         };
+        if !matches!(step, Step::Done { .. } | Step::Yield) && waiting.is_none() {
+            waiting = Some(WaitSlot::take(shared)?);
+        }
         match step {
             Step::Done { worker } => break worker,
+            Step::Yield => tokio::task::yield_now().await,
             Step::Acquire(alloc) => acquire(shared, name, setup, alloc, deadline).await?,
             Step::Reserve { alloc, worker, incarnation, unit } => {
                 let unit = unit.min(layout.max_time());
                 reserve(shared, name, alloc, worker, incarnation, unit, deadline).await?
             }
             Step::Wait { unit } => {
-                wait_for_unit(&shared.metrics, name, layout, unit, deadline).await?
+                let clock = &shared.ids.clock;
+                wait_for_unit(&shared.metrics, clock, name, layout, unit, deadline).await?
             }
         }
     };
@@ -66,6 +76,8 @@ enum Step {
     Wait { unit: u64 },
     /// The store must raise the high-water mark to at least `unit` first.
     Reserve { alloc: AllocId, worker: u64, incarnation: u64, unit: u64 },
+    /// A chunk was issued: let the other callers in, then go on.
+    Yield,
     /// Done: every id was issued.
     Done { worker: u64 },
 }
@@ -87,7 +99,7 @@ fn random_u64() -> u64 {
     })
 }
 
-/// Issues as many of `want` more ids as it can now, under the lock.
+/// Issues as many of `want` more ids as it can now, at most one [`CHUNK`], under the lock.
 fn issue(
     shared: &Arc<Shared>,
     inner: &mut Inner,
@@ -117,7 +129,7 @@ fn issue(
         *worker_of_out = Some(slot.worker);
     }
     let layout = &setup.layout;
-    let now = layout.units_at(seqsvr_server::clock::unix_ms_now());
+    let now = layout.units_at(shared.ids.clock.now_ms());
     // Every field but the stamp (and uuidv7's random bits) is fixed for this call: checked
     // once, then each id is shifts and ORs. The layout holds every field: the worker id
     // comes from this set's share of the scheme's worker ids, the business number was
@@ -128,8 +140,14 @@ fn issue(
         .packer(&issued_fields(layout, slot.worker, zero, business, 0), random_bits)
         .map_err(AllocError::Pack)?;
     let mut step = None;
-    while out.len() < want {
-        match slot.generator.next_run(now, slot.high_water, (want - out.len()) as u64) {
+    let share = ahead_share(setup.max_ahead_units, want);
+    let chunk_end = want.min(out.len().saturating_add(CHUNK));
+    while out.len() < chunk_end {
+        if let Some(unit) = beyond_share(&slot.generator, layout, now, share) {
+            step = Some(Step::Wait { unit });
+            break;
+        }
+        match slot.generator.next_run(now, slot.high_water, (chunk_end - out.len()) as u64) {
             Ok(NextRun::Issue(run)) => {
                 let random = || if packer.takes_random() { random_u64() } else { 0 };
                 out.extend(run.stamps().map(|s| packer.pack(s.time, s.sequence, random())));
@@ -170,7 +188,8 @@ fn issue(
             let _ = reserve(&shared, &name, alloc, worker, incarnation, target, deadline).await;
         });
     }
-    Ok(step.unwrap_or(Step::Done { worker: slot.worker }))
+    let done = out.len() >= want;
+    Ok(step.unwrap_or(if done { Step::Done { worker: slot.worker } } else { Step::Yield }))
 }
 
 /// Leases a worker id of `name` for `alloc` and installs its generator above the high-water

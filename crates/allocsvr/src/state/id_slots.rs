@@ -294,8 +294,8 @@ mod tests {
         let mut table =
             AllocTable::new(AllocConfig { section_size: 100, step: 10, prefetch_remaining: 0 });
         let run = SectionRange::new(SectionId(section), SectionId(section + 1)).unwrap();
-        table.grant(&[(run, LeaseEpoch(epoch))]);
-        table.loaded(run, LeaseEpoch(epoch), &BTreeMap::new());
+        let loads = table.grant(&[(run, LeaseEpoch(epoch))]);
+        table.loaded(&loads[0], &BTreeMap::new());
         table
     }
 

@@ -13,8 +13,10 @@
 //! # Layout
 //! - this file: [`Shared`], [`Inner`], the lease checks and "routed here";
 //! - [`id_slots`]: the id state under the lock: the worker id held per scheme, and the
-//!   `rongcloud` slot per section served, with the rules of when each may issue.
+//!   `rongcloud` slot per section served, with the rules of when each may issue;
+//! - [`budgets`]: the memory budgets of the public calls (ids in flight, `NextStream` bytes).
 
+pub mod budgets;
 pub mod id_slots;
 
 use crate::config::{AllocConfig, IdSetup};
@@ -139,6 +141,8 @@ pub struct Shared {
     /// One per `NextStream` stream open (`alloc.max_streams`): the per-connection call limit
     /// counts a stream only while it opens.
     pub stream_slots: Arc<tokio::sync::Semaphore>,
+    /// What the public calls may hold in memory ([`budgets`]).
+    pub budgets: budgets::Budgets,
 }
 
 impl Shared {
@@ -160,6 +164,9 @@ impl Shared {
         let ids = config.ids.clone();
         let id_locks = ids.schemes.keys().map(|k| (k.clone(), Default::default())).collect();
         let max_streams = config.tuning.max_streams;
+        let budgets = budgets::Budgets::new(&config.tuning);
+        let metrics = AllocMetrics::new();
+        metrics.budget_limits(&config.tuning);
         Ok(Arc::new(Shared {
             ids,
             id_locks,
@@ -176,7 +183,7 @@ impl Shared {
             wake_advancer: Notify::new(),
             wake_heartbeat: Notify::new(),
             store,
-            metrics: AllocMetrics::new(),
+            metrics,
             next_request_id: std::sync::atomic::AtomicU64::new(1),
             request_id_prefix: {
                 let nanos = std::time::SystemTime::now()
@@ -188,6 +195,7 @@ impl Shared {
             waiting_calls: std::sync::atomic::AtomicUsize::new(0),
             streams_stop: tokio::sync::watch::Sender::new(false),
             stream_slots: Arc::new(tokio::sync::Semaphore::new(max_streams)),
+            budgets,
         }))
     }
 

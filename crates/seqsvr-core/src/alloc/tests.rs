@@ -15,6 +15,11 @@ fn all(n_sections: u64, epoch: u64) -> Vec<(SectionRange, LeaseEpoch)> {
     vec![(SectionRange::new(SectionId(0), SectionId(n_sections)).unwrap(), LeaseEpoch(epoch))]
 }
 
+/// The runs and epochs of a grant's loads (without their generations).
+fn runs_of(loads: &[Load]) -> Vec<(SectionRange, LeaseEpoch)> {
+    loads.iter().map(|l| (l.run, l.lease_epoch)).collect()
+}
+
 /// Commits every wanted advance like the store would: `max(current, requested)`.
 fn commit_wanted(t: &mut AllocTable, store: &mut BTreeMap<SectionId, u64>) {
     for a in t.take_wanted(usize::MAX) {
@@ -28,9 +33,9 @@ fn commit_wanted(t: &mut AllocTable, store: &mut BTreeMap<SectionId, u64>) {
 fn serves_contiguously_with_step_boundaries() {
     let mut t = AllocTable::new(config(10));
     let to_load = t.grant(&all(2, 1));
-    assert_eq!(to_load, all(2, 1));
+    assert_eq!(runs_of(&to_load), all(2, 1));
     assert_eq!(t.next(3), Err(SeqError::Loading(SectionId(0))));
-    t.loaded(to_load[0].0, LeaseEpoch(1), &BTreeMap::new());
+    t.loaded(&to_load[0], &BTreeMap::new());
     let mut store = BTreeMap::new();
     let mut last = 0;
     for _ in 0..1000 {
@@ -56,7 +61,7 @@ fn serves_contiguously_with_step_boundaries() {
 fn batches_are_all_or_nothing_and_ordered() {
     let mut t = AllocTable::new(config(5));
     let runs = t.grant(&all(2, 1));
-    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::from([(SectionId(0), 5), (SectionId(1), 100)]));
+    t.loaded(&runs[0], &BTreeMap::from([(SectionId(0), 5), (SectionId(1), 100)]));
     // uid 1 three times needs 8 > 5: nothing is allocated.
     assert_eq!(t.next_batch(&[12, 1, 1, 1]), Err(SeqError::Exhausted(SectionId(0))));
     assert_eq!(t.current(12), Ok(100));
@@ -74,7 +79,7 @@ fn batches_are_all_or_nothing_and_ordered() {
 fn a_batch_over_the_quick_bound_that_fits_exactly_is_served() {
     let mut t = AllocTable::new(config(10));
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::new());
+    t.loaded(&runs[0], &BTreeMap::new());
     let mut store = BTreeMap::new();
     assert_eq!(t.next(1), Err(SeqError::Exhausted(SectionId(0))));
     commit_wanted(&mut t, &mut store);
@@ -91,7 +96,7 @@ fn a_batch_over_the_quick_bound_that_fits_exactly_is_served() {
 fn next_each_serves_what_it_can_and_waits_for_nothing() {
     let mut t = AllocTable::new(config(2));
     let runs = t.grant(&all(2, 1));
-    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::new());
+    t.loaded(&runs[0], &BTreeMap::new());
     let mut store = BTreeMap::new();
     assert_eq!(t.next_each(&[1]), vec![0]);
     commit_wanted(&mut t, &mut store);
@@ -109,7 +114,7 @@ fn next_each_serves_what_it_can_and_waits_for_nothing() {
 fn a_section_used_fast_during_its_advances_grows_its_step_and_shrinks_back() {
     let mut t = AllocTable::new(config(10)); // prefetch once fewer than 9 remain
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::new());
+    t.loaded(&runs[0], &BTreeMap::new());
     let mut store = BTreeMap::new();
     assert_eq!(t.next(1), Err(SeqError::Exhausted(SectionId(0))));
     commit_wanted(&mut t, &mut store); // max_seq 11
@@ -140,7 +145,7 @@ fn a_section_used_fast_during_its_advances_grows_its_step_and_shrinks_back() {
     // Growth is bounded.
     let mut t = AllocTable::new(config(10));
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::new());
+    t.loaded(&runs[0], &BTreeMap::new());
     let mut max_seq = 0;
     for _ in 0..20 {
         while !t.has_wanted() {
@@ -165,8 +170,8 @@ fn a_section_used_fast_during_its_advances_grows_its_step_and_shrinks_back() {
 #[test]
 fn regrant_with_new_epoch_reloads_and_dropped_sections_stop() {
     let mut t = AllocTable::new(config(10));
-    let runs = t.grant(&all(2, 1));
-    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::from([(SectionId(0), 10)]));
+    let first = t.grant(&all(2, 1));
+    t.loaded(&first[0], &BTreeMap::from([(SectionId(0), 10)]));
     assert_eq!(t.next(1), Err(SeqError::Exhausted(SectionId(0))), "10 is the committed bound");
     let wanted = t.take_wanted(10);
     t.advanced(SectionId(0), LeaseEpoch(1), Some(wanted[0].max_seq.0));
@@ -177,9 +182,9 @@ fn regrant_with_new_epoch_reloads_and_dropped_sections_stop() {
     assert_eq!(t.next(15), Err(SeqError::NotOwned(SectionId(1))));
     assert_eq!(t.next(1), Err(SeqError::Loading(SectionId(0))));
     // A load for the old epoch is ignored.
-    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::from([(SectionId(0), 10)]));
+    assert_eq!(t.loaded(&first[0], &BTreeMap::from([(SectionId(0), 10)])), 0);
     assert_eq!(t.next(1), Err(SeqError::Loading(SectionId(0))));
-    t.loaded(runs[0].0, LeaseEpoch(2), &BTreeMap::from([(SectionId(0), 50)]));
+    t.loaded(&runs[0], &BTreeMap::from([(SectionId(0), 50)]));
     assert_eq!(t.current(1), Ok(50), "cur_seq restarts at the loaded max_seq");
     assert_eq!(t.counts(), (1, 0), "the reload dropped the old cur_seq array");
 }
@@ -192,12 +197,12 @@ fn an_empty_grant_after_a_dropped_section_drops_everything() {
     let mut t = AllocTable::new(config(10));
     let first = SectionRange::new(SectionId(0), SectionId(2)).unwrap();
     let runs = t.grant(&[(first, LeaseEpoch(1))]);
-    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::from([(SectionId(0), 100), (SectionId(1), 100)]));
+    t.loaded(&runs[0], &BTreeMap::from([(SectionId(0), 100), (SectionId(1), 100)]));
     assert_eq!(t.current(1), Ok(100));
     let more = SectionRange::new(SectionId(2), SectionId(3)).unwrap();
     let to_load = t.grant(&[(first, LeaseEpoch(1)), (more, LeaseEpoch(2))]);
-    assert_eq!(to_load, vec![(more, LeaseEpoch(2))]);
-    t.drop_section(SectionId(2)); // its load failed
+    assert_eq!(runs_of(&to_load), vec![(more, LeaseEpoch(2))]);
+    t.load_failed(&to_load[0]);
     assert!(t.grant(&[]).is_empty());
     assert_eq!(t.current(1), Err(SeqError::NotOwned(SectionId(0))));
     assert_eq!(t.usage(), TableUsage::default());
@@ -209,7 +214,7 @@ fn usage_counts_sections_by_state_and_cur_seq_memory() {
     assert_eq!(t.usage(), TableUsage::default());
     let runs = t.grant(&all(3, 1));
     assert_eq!(t.usage().sections_loading, 3);
-    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::from([(SectionId(0), 100), (SectionId(1), 100)]));
+    t.loaded(&runs[0], &BTreeMap::from([(SectionId(0), 100), (SectionId(1), 100)]));
     let u = t.usage();
     assert_eq!((u.sections_ready, u.sections_loading, u.sections_touched), (3, 0, 0));
     let mut store = BTreeMap::new();
@@ -257,7 +262,7 @@ proptest! {
         let mut epoch = 1;
         let mut store: BTreeMap<SectionId, u64> = BTreeMap::new();
         let runs = t.grant(&all(3, epoch));
-        t.loaded(runs[0].0, LeaseEpoch(epoch), &store);
+        t.loaded(&runs[0], &store);
         let mut last: BTreeMap<u64, u64> = BTreeMap::new();
         let mut in_flight: Vec<SectionAdvance> = Vec::new();
         for op in ops {
@@ -325,7 +330,7 @@ proptest! {
                     epoch += 1;
                     t.grant(&[]);
                     let runs = t.grant(&all(3, epoch));
-                    t.loaded(runs[0].0, LeaseEpoch(epoch), &store);
+                    t.loaded(&runs[0], &store);
                     Vec::new()
                 }
             };
@@ -350,11 +355,7 @@ fn a_section_loaded_near_u64_max_answers_ceiling_without_panicking() {
     for loaded in [18_446_744_073_709_550_000, u64::MAX, MAX_SEQ_CEILING + 1, MAX_SEQ_CEILING] {
         let mut t = AllocTable::new(config(10_000));
         let runs = t.grant(&all(2, 1));
-        t.loaded(
-            runs[0].0,
-            LeaseEpoch(1),
-            &BTreeMap::from([(SectionId(0), loaded), (SectionId(1), 7)]),
-        );
+        t.loaded(&runs[0], &BTreeMap::from([(SectionId(0), loaded), (SectionId(1), 7)]));
         assert_eq!(t.next(1), Err(SeqError::Ceiling(SectionId(0))), "loaded {loaded}");
         assert_eq!(t.next_batch(&[1, 2, 1]), Err(SeqError::Ceiling(SectionId(0))));
         assert_eq!(t.next_batch(&[12, 1]), Err(SeqError::Ceiling(SectionId(0))));
@@ -381,7 +382,7 @@ fn a_section_loaded_near_u64_max_answers_ceiling_without_panicking() {
 fn a_commit_near_u64_max_neither_panics_nor_serves_above_the_ceiling() {
     let mut t = AllocTable::new(config(10_000));
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::new());
+    t.loaded(&runs[0], &BTreeMap::new());
     assert_eq!(t.next(1), Err(SeqError::Exhausted(SectionId(0))));
     let sent = t.take_wanted(10);
     assert_eq!(sent.len(), 1);
@@ -391,7 +392,7 @@ fn a_commit_near_u64_max_neither_panics_nor_serves_above_the_ceiling() {
     // A uid whose values reached the ceiling gets the final error; others go on below it.
     let mut t = AllocTable::new(config(10));
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::from([(SectionId(0), MAX_SEQ_CEILING - 3)]));
+    t.loaded(&runs[0], &BTreeMap::from([(SectionId(0), MAX_SEQ_CEILING - 3)]));
     assert_eq!(t.next(1), Err(SeqError::Exhausted(SectionId(0))));
     let sent = t.take_wanted(10);
     assert_eq!(sent[0].max_seq.0, MAX_SEQ_CEILING, "the want is capped at the ceiling");
@@ -411,7 +412,7 @@ fn a_commit_near_u64_max_neither_panics_nor_serves_above_the_ceiling() {
 fn a_section_serves_up_to_the_ceiling_then_answers_ceiling() {
     let mut t = AllocTable::new(config(10));
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::from([(SectionId(0), MAX_SEQ_CEILING - 25)]));
+    t.loaded(&runs[0], &BTreeMap::from([(SectionId(0), MAX_SEQ_CEILING - 25)]));
     let mut store = BTreeMap::from([(SectionId(0), MAX_SEQ_CEILING - 25)]);
     let mut last = MAX_SEQ_CEILING - 25;
     loop {
@@ -441,7 +442,7 @@ fn a_section_serves_up_to_the_ceiling_then_answers_ceiling() {
     // section is still below it (waiting could never make it fit).
     let mut t = AllocTable::new(config(10));
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::from([(SectionId(0), MAX_SEQ_CEILING - 2)]));
+    t.loaded(&runs[0], &BTreeMap::from([(SectionId(0), MAX_SEQ_CEILING - 2)]));
     assert_eq!(t.next_batch(&[1, 1, 1]), Err(SeqError::Ceiling(SectionId(0))));
     let sent = t.take_wanted(10);
     assert_eq!(sent[0].max_seq.0, MAX_SEQ_CEILING, "still asks for what is left");
@@ -456,7 +457,7 @@ fn a_huge_step_saturates_and_stops_at_the_ceiling() {
     let step = 1 << 62;
     let mut t = AllocTable::new(AllocConfig { section_size: SIZE, step, prefetch_remaining: step });
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::new());
+    t.loaded(&runs[0], &BTreeMap::new());
     assert_eq!(t.next(1), Err(SeqError::Exhausted(SectionId(0))));
     let sent = t.take_wanted(10);
     assert_eq!(sent[0].max_seq.0, step + 1);
@@ -479,7 +480,7 @@ fn a_huge_step_saturates_and_stops_at_the_ceiling() {
 fn the_advancer_path_near_u64_max_does_not_panic() {
     let mut t = AllocTable::new(config(10_000));
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::from([(SectionId(0), u64::MAX - 15_000)]));
+    t.loaded(&runs[0], &BTreeMap::from([(SectionId(0), u64::MAX - 15_000)]));
     let first = t.next(1);
     let sent = t.take_wanted(10);
     let batch = t.next_batch(&[1; 10]); // while the advance is out
@@ -502,21 +503,143 @@ fn a_grant_after_a_failed_load_loads_again() {
     let mut t = AllocTable::new(config(10));
     let runs = all(2, 1);
     let to_load = t.grant(&runs);
-    assert_eq!(to_load, runs);
+    assert_eq!(runs_of(&to_load), runs);
     assert!(t.grant(&runs).is_empty(), "an unchanged grant is skipped");
     // The load failed (store unreachable): the AllocSvr drops what it could not load.
-    for s in 0..2 {
-        t.drop_section(SectionId(s));
-    }
+    t.load_failed(&to_load[0]);
     assert_eq!(t.next(3), Err(SeqError::NotOwned(SectionId(0))));
     let again = t.grant(&runs);
-    assert_eq!(again, runs, "the same grant must load the dropped sections again");
+    assert_eq!(runs_of(&again), runs, "the same grant must load the dropped sections again");
     let mut store = BTreeMap::from([(SectionId(0), 10)]);
-    t.loaded(again[0].0, LeaseEpoch(1), &store);
+    t.loaded(&again[0], &store);
     // Served again: every uid starts at the loaded max_seq, so the first value needs an advance.
     assert_eq!(t.next(3), Err(SeqError::Exhausted(SectionId(0))));
     commit_wanted(&mut t, &mut store);
     assert_eq!(t.next(3), Ok(11));
+}
+
+/// A load answer is applied only to the load the section waits for (finding 8 of issue 30).
+/// Load 1 is out when the section is dropped (the registration was lost) and granted again at
+/// the same epoch (load 2); load 2's answer makes it ready and values are served and advanced
+/// past load 1's `max_seq`; it is dropped and granted again (load 3). Load 1's answer, late,
+/// with the older `max_seq`, must not make the section ready: it would start every uid at 10,
+/// below the values served, and serve them again (I1). Teeth `accept-stale-load` turns the
+/// generation check off (`scripts/test.sh`).
+#[test]
+fn stale_load_answer_never_resets_a_reloaded_section() {
+    let mut t = AllocTable::new(config(10));
+    let granted = all(1, 1);
+    let load1 = t.grant(&granted)[0];
+    let read_by_load1 = BTreeMap::from([(SectionId(0), 10)]);
+    t.grant(&[]); // registration lost while load 1 is out; then granted again, same epoch
+    let load2 = t.grant(&granted)[0];
+    assert_ne!(load1.generation, load2.generation, "every load has its own generation");
+    assert_eq!((load1.run, load1.lease_epoch), (load2.run, load2.lease_epoch));
+    assert_eq!(t.loaded(&load2, &BTreeMap::from([(SectionId(0), 10)])), 1);
+    let mut store = BTreeMap::from([(SectionId(0), 10)]);
+    let mut served = 0;
+    for _ in 0..15 {
+        served = next_committing(&mut t, &mut store, 3).expect("served after the advance");
+    }
+    assert_eq!(served, 25);
+    // Load 1's answer while the section is ready: ignored (it is not loading).
+    assert_eq!(t.loaded(&load1, &read_by_load1), 0, "stale load applied to a ready section");
+    assert_eq!(t.current(3), Ok(served));
+
+    t.grant(&[]); // lost again; granted again at the same epoch: load 3 is out
+    let load3 = t.grant(&granted)[0];
+    assert_eq!(t.loaded(&load1, &read_by_load1), 0, "stale load applied while load 3 is out");
+    assert_eq!(
+        t.next(3),
+        Err(SeqError::Loading(SectionId(0))),
+        "stale load applied: the section serves from the max_seq load 1 read"
+    );
+    assert_eq!(t.usage().stale_loads, 1, "the ignored answer is counted");
+    // A failure of the stale load drops nothing either; load 3's own answer serves.
+    t.load_failed(&load1);
+    assert_eq!(t.next(3), Err(SeqError::Loading(SectionId(0))));
+    assert_eq!(t.loaded(&load3, &store), 1);
+    assert_eq!(t.current(3), Ok(store[&SectionId(0)]));
+    let next = next_committing(&mut t, &mut store, 3).unwrap();
+    assert!(next > served, "I1 across the reloads: {next} after {served}");
+}
+
+/// The next value of `uid`; when it waits for an advance, commits the wanted ones and asks again.
+fn next_committing(
+    t: &mut AllocTable,
+    store: &mut BTreeMap<SectionId, u64>,
+    uid: u64,
+) -> Result<u64, SeqError> {
+    match t.next(uid) {
+        Err(SeqError::Exhausted(_)) => {
+            commit_wanted(t, store);
+            t.next(uid)
+        }
+        other => other,
+    }
+}
+
+#[derive(Clone, Debug)]
+enum LOp {
+    /// Serve a uid (committing the advances it asks for first when it waits).
+    Serve(u64),
+    /// Every section dropped and granted again at the same epoch: one more load out.
+    Regrant,
+    /// One of the loads still out is answered (with what the store held when it was sent).
+    Answer(usize),
+    /// One of the loads still out fails.
+    Fail(usize),
+}
+
+fn lop() -> impl Strategy<Value = LOp> {
+    prop_oneof![
+        4 => (0u64..20).prop_map(LOp::Serve),
+        2 => Just(LOp::Regrant),
+        2 => (0usize..8).prop_map(LOp::Answer),
+        1 => (0usize..8).prop_map(LOp::Fail),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Loads answered late and in any order, with sections dropped and granted again at one
+    /// epoch in between: values still strictly increase per uid (I1) and stay within what the
+    /// store committed (I2).
+    #[test]
+    fn stale_load_answers_in_any_order_keep_i1_and_i2(ops in prop::collection::vec(lop(), 1..60)) {
+        let mut t = AllocTable::new(config(5));
+        let granted = all(2, 1);
+        let mut store: BTreeMap<SectionId, u64> = BTreeMap::new();
+        let mut out: Vec<(Load, BTreeMap<SectionId, u64>)> =
+            t.grant(&granted).into_iter().map(|l| (l, store.clone())).collect();
+        let mut last: BTreeMap<u64, u64> = BTreeMap::new();
+        for op in ops {
+            match op {
+                LOp::Serve(uid) => {
+                    if let Ok(v) = next_committing(&mut t, &mut store, uid) {
+                        let prev = last.insert(uid, v).unwrap_or(0);
+                        prop_assert!(v > prev, "stale load applied? uid {uid}: {v} after {prev} (I1)");
+                        let committed = store.get(&SectionId(uid / SIZE)).copied().unwrap_or(0);
+                        prop_assert!(v <= committed, "I2: {v} above committed {committed}");
+                    }
+                }
+                LOp::Regrant => {
+                    t.grant(&[]);
+                    out.extend(t.grant(&granted).into_iter().map(|l| (l, store.clone())));
+                }
+                LOp::Answer(i) if !out.is_empty() => {
+                    let (load, read) = out.remove(i % out.len());
+                    t.loaded(&load, &read);
+                }
+                LOp::Fail(i) if !out.is_empty() => {
+                    let (load, _) = out.remove(i % out.len());
+                    t.load_failed(&load);
+                }
+                LOp::Answer(_) | LOp::Fail(_) => {}
+            }
+        }
+    }
 }
 
 // Tests written for survivors of the mutation run (docs/reliability/mutants.md).
@@ -534,9 +657,9 @@ fn next_each_keeps_every_value_in_its_uids_place_around_unserved_runs() {
     let mut t = AllocTable::new(config(10));
     // Sections 0 and 1 ready (loaded at 100), section 2 still loading, section 5 not owned.
     let to_load = t.grant(&[(range(0, 2), LeaseEpoch(1)), (range(2, 3), LeaseEpoch(2))]);
-    assert_eq!(to_load, vec![(range(0, 2), LeaseEpoch(1)), (range(2, 3), LeaseEpoch(2))]);
+    assert_eq!(runs_of(&to_load), vec![(range(0, 2), LeaseEpoch(1)), (range(2, 3), LeaseEpoch(2))]);
     let mut store = BTreeMap::from([(SectionId(0), 100), (SectionId(1), 100)]);
-    t.loaded(to_load[0].0, LeaseEpoch(1), &store);
+    t.loaded(&to_load[0], &store);
     assert_eq!(t.next_each(&[1, 12]), vec![0, 0], "both wait for an advance");
     commit_wanted(&mut t, &mut store);
     let uids = [1, 55, 56, 12, 25, 26, 27, 2, 1];
@@ -553,11 +676,11 @@ fn sections_to_load_are_runs_of_one_epoch_without_gaps() {
     let grant =
         [(range(0, 2), 1), (range(2, 3), 2), (range(5, 7), 2)].map(|(r, e)| (r, LeaseEpoch(e)));
     let to_load = t.grant(&grant);
-    assert_eq!(to_load, grant.to_vec());
-    for &(r, e) in &to_load {
+    assert_eq!(runs_of(&to_load), grant.to_vec());
+    for load in &to_load {
         let values: BTreeMap<SectionId, u64> =
-            (r.begin().0..r.end().0).map(|s| (SectionId(s), 40)).collect();
-        t.loaded(r, e, &values);
+            (load.run.begin().0..load.run.end().0).map(|s| (SectionId(s), 40)).collect();
+        t.loaded(load, &values);
     }
     for uid in [1, 15, 25, 55, 65] {
         assert_eq!(t.current(uid), Ok(40), "uid {uid} loaded");
@@ -571,7 +694,7 @@ fn sections_to_load_are_runs_of_one_epoch_without_gaps() {
 fn a_batch_needing_exactly_the_ceiling_waits_for_an_advance() {
     let mut t = AllocTable::new(config(10));
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::from([(SectionId(0), MAX_SEQ_CEILING - 2)]));
+    t.loaded(&runs[0], &BTreeMap::from([(SectionId(0), MAX_SEQ_CEILING - 2)]));
     assert_eq!(t.next_batch(&[1, 1]), Err(SeqError::Exhausted(SectionId(0))));
     let sent = t.take_wanted(10);
     assert_eq!(sent[0].max_seq.0, MAX_SEQ_CEILING);
@@ -585,7 +708,7 @@ fn a_batch_needing_exactly_the_ceiling_waits_for_an_advance() {
 fn prefetch_starts_once_fewer_than_prefetch_remaining_are_left() {
     let mut t = AllocTable::new(config(10)); // prefetch_remaining 9
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::new());
+    t.loaded(&runs[0], &BTreeMap::new());
     let mut store = BTreeMap::new();
     assert_eq!(t.next(1), Err(SeqError::Exhausted(SectionId(0))));
     commit_wanted(&mut t, &mut store); // max_seq 11
@@ -603,7 +726,7 @@ fn prefetch_starts_once_fewer_than_prefetch_remaining_are_left() {
 fn a_uid_repeated_across_runs_counts_every_occurrence() {
     let mut t = AllocTable::new(config(10));
     let runs = t.grant(&all(2, 1));
-    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::new());
+    t.loaded(&runs[0], &BTreeMap::new());
     let mut store = BTreeMap::new();
     assert_eq!(t.next_each(&[1, 15]), vec![0, 0]);
     commit_wanted(&mut t, &mut store); // both sections at max_seq 11
@@ -634,7 +757,7 @@ fn a_fully_touched_section_costs_four_bytes_per_uid() {
     let mut t = AllocTable::new(config);
     let runs = t.grant(&all(1, 1));
     let base = 1 << 40; // values far above u32: only the offsets are stored
-    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::from([(SectionId(0), base)]));
+    t.loaded(&runs[0], &BTreeMap::from([(SectionId(0), base)]));
     t.advanced(SectionId(0), LeaseEpoch(1), Some(base + 10 * N));
     let uids: Vec<u64> = (0..N).collect();
     assert_eq!(t.next_batch(&uids), Ok(vec![base + 1; N as usize]));
@@ -652,7 +775,7 @@ fn a_fully_touched_section_costs_four_bytes_per_uid() {
 fn an_offset_past_u32_max_rebases_the_section() {
     let mut t = AllocTable::new(config(10));
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::from([(SectionId(0), 1000)]));
+    t.loaded(&runs[0], &BTreeMap::from([(SectionId(0), 1000)]));
     t.advanced(SectionId(0), LeaseEpoch(1), Some(1 << 40));
     assert_eq!(t.next(2), Ok(1001));
     // As if uid 1 had been served u32::MAX - 1 times (4 billion `next` calls are too slow).
@@ -676,7 +799,7 @@ fn an_offset_past_u32_max_rebases_the_section() {
 fn a_rebase_in_the_middle_of_a_batch_only_raises() {
     let mut t = AllocTable::with_offset_limit(config(10), 3);
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::from([(SectionId(0), 100)]));
+    t.loaded(&runs[0], &BTreeMap::from([(SectionId(0), 100)]));
     t.advanced(SectionId(0), LeaseEpoch(1), Some(200));
     // uid 2's fourth value would be offset 4 > 3: the section rebases to 103 (the highest
     // value handed out so far, uid 2's third); uid 1 (101 earlier in this batch) and uid 3
@@ -712,7 +835,7 @@ fn a_rebase_in_the_middle_of_a_batch_only_raises() {
 fn a_rebase_that_does_not_fit_waits_and_changes_nothing() {
     let mut t = AllocTable::with_offset_limit(config(10), 3);
     let runs = t.grant(&all(1, 1));
-    t.loaded(runs[0].0, LeaseEpoch(1), &BTreeMap::new());
+    t.loaded(&runs[0], &BTreeMap::new());
     t.advanced(SectionId(0), LeaseEpoch(1), Some(5));
     for v in 1..=3 {
         assert_eq!(t.next(1), Ok(v));
@@ -777,7 +900,7 @@ fn rebase_model_run(limit: u32, step: u64, ops: Vec<ROp>) -> Result<u64, TestCas
     let mut epoch = 1;
     let mut store: BTreeMap<SectionId, u64> = BTreeMap::new();
     let runs = t.grant(&all(3, epoch));
-    t.loaded(runs[0].0, LeaseEpoch(epoch), &store);
+    t.loaded(&runs[0], &store);
     // The model: last value per uid, high-water mark per ready section (the loaded max_seq,
     // raised by every value served).
     let mut last: BTreeMap<u64, u64> = BTreeMap::new();
@@ -879,9 +1002,9 @@ fn rebase_model_run(limit: u32, step: u64, ops: Vec<ROp>) -> Result<u64, TestCas
                     epoch += 1;
                     t.grant(&[]);
                 }
-                for (r, e) in t.grant(&all(3, epoch)) {
-                    t.loaded(r, e, &store);
-                    for s in r.begin().0..r.end().0 {
+                for load in t.grant(&all(3, epoch)) {
+                    t.loaded(&load, &store);
+                    for s in load.run.begin().0..load.run.end().0 {
                         let s = SectionId(s);
                         high.insert(s, store.get(&s).copied().unwrap_or(0));
                     }

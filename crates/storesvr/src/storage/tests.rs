@@ -236,6 +236,82 @@ fn corrupt_log_is_detected_at_open() {
     assert!(err.contains("log gap"), "{err}");
 }
 
+/// Finding 7 of issue 30: `n` Readies, each one synced batch (an entry of ~400 bytes and the
+/// hard state that commits it), so that the WAL spans several 32 KiB blocks.
+fn persist_many(ours: &mut NodeStorage, n: u64) {
+    for i in 1..=n {
+        let mut e = entry(i, 1 + i / 100);
+        e.set_data(vec![b'x'; 400].into());
+        let hs = HardState { term: 1 + i / 100, vote: 2, commit: i, ..Default::default() };
+        ours.persist(None, &[e], Some(&hs)).unwrap();
+    }
+}
+
+/// The data dir's one write-ahead log file (RocksDB's `NNNNNN.log`).
+fn the_wal(dir: &Path) -> PathBuf {
+    let logs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    assert_eq!(logs.len(), 1, "one WAL expected: {logs:?}");
+    logs.into_iter().next().unwrap()
+}
+
+/// A record damaged in the middle of the WAL, valid records after it: RocksDB's default
+/// (point-in-time recovery) would open without everything from the damage on (an older hard
+/// state: a vote forgotten, a shorter log). The store must refuse, naming the WAL file and
+/// what to do.
+#[test]
+fn a_damaged_wal_record_with_valid_records_after_it_refuses_to_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ours = open(dir.path());
+    persist_many(&mut ours, 300);
+    drop(ours);
+    let wal = the_wal(dir.path());
+    let mut bytes = std::fs::read(&wal).unwrap();
+    assert!(bytes.len() > 3 * 32 * 1024, "the WAL spans several blocks: {} bytes", bytes.len());
+    // In the first block, past the bootstrap batch: about entry 45 of 300.
+    let at = 20_000;
+    bytes[at] ^= 0x20;
+    std::fs::write(&wal, &bytes).unwrap();
+
+    let err = match NodeStorage::open(dir.path(), identity(), &voters()) {
+        Ok(s) => panic!(
+            "opened a store with a damaged WAL record: last index {}, hard state {:?}",
+            s.last_index().unwrap(),
+            s.hard_state()
+        ),
+        Err(e) => e,
+    };
+    assert!(matches!(err, StorageFault::Damaged { .. }), "{err}");
+    let msg = err.to_string();
+    let name = wal.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(msg.contains(&name), "names the WAL file {name}: {msg}");
+    assert!(msg.contains("Replace a dead member"), "says what to do: {msg}");
+    // Refusing changed nothing: the damaged file is still there, as it was.
+    assert_eq!(std::fs::read(&wal).unwrap(), bytes, "the WAL is left for diagnosis");
+}
+
+/// The last record cut short (the write a power cut interrupted, never acknowledged): the store
+/// opens without it, with everything before it.
+#[test]
+fn a_wal_whose_last_record_was_cut_short_opens_without_that_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ours = open(dir.path());
+    persist_many(&mut ours, 50);
+    drop(ours);
+    let wal = the_wal(dir.path());
+    let len = std::fs::metadata(&wal).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&wal).unwrap().set_len(len - 100).unwrap();
+
+    let again = open(dir.path());
+    assert_eq!(again.last_index().unwrap(), 49, "only the cut record is gone");
+    assert_eq!(again.hard_state().commit, 49, "with the hard state of its batch");
+    let entries = again.entries(1, 50, None, GetEntriesContext::empty(false)).unwrap();
+    assert_eq!(entries.len(), 49);
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     /// Append `n` entries of `term` starting `back` entries before the end (overwriting).
