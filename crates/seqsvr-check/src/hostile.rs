@@ -37,7 +37,7 @@
 //! at most [`HELD_REGISTRATIONS_MAX`] registrations of the hostile identity; the good client
 //! gets answers again once the load is gone. Latencies are reported, never asserted.
 
-mod attacks;
+pub mod attacks;
 
 use crate::cluster::{Cluster, ClusterOptions, ProcKey, WAIT_MAX};
 use seqsvr_client::ids::{IdClient, Session, SessionId};
@@ -95,6 +95,8 @@ pub struct HostileConfig {
     pub out_dir: PathBuf,
     /// Keep the cluster's data and logs (always kept on a violation or a failed run).
     pub keep: bool,
+    /// Only these attacks ([`attacks::ATTACKS`]; every one when empty): to tell what costs what.
+    pub attacks: Vec<String>,
 }
 
 /// The memory budgets the RSS bound is made of (from the AllocSvr's `[alloc]` and `[ids]`).
@@ -105,33 +107,49 @@ pub struct RssBound {
     pub stream_budget_bytes: u64,
     /// `alloc.max_ids_in_flight` × [`BYTES_PER_ID_IN_FLIGHT`].
     pub ids_budget_bytes: u64,
+    /// The most `NextStream` streams open at once in the hostile phase (the AllocSvr's gauge).
+    pub streams_open_max: u64,
+    /// Per open stream, what the budgets do not count (docs/ARCHITECTURE.md, "Limits"): one
+    /// decoded batch waiting for room, `AllocTuning::stream_batch_bytes(max_batch_uids)`.
+    pub per_stream_bytes: u64,
     /// [`RSS_SLACK_BYTES`].
     pub slack_bytes: u64,
     pub bound_kib: u64,
     pub formula: String,
+    /// The same terms with `alloc.max_streams` streams open: the most the configuration allows.
+    pub at_max_streams_kib: u64,
 }
 
 impl RssBound {
-    fn new(baseline_max_kib: u64, budgets: &Budgets) -> RssBound {
+    fn new(baseline_max_kib: u64, budgets: &Budgets, streams_open_max: u64) -> RssBound {
         let ids_budget_bytes = budgets.ids_in_flight * BYTES_PER_ID_IN_FLIGHT;
-        let margin = budgets.stream_bytes + ids_budget_bytes + RSS_SLACK_BYTES;
-        let bound_kib = baseline_max_kib + margin / 1024;
+        let fixed = budgets.stream_bytes + ids_budget_bytes + RSS_SLACK_BYTES;
+        let streams_bytes = streams_open_max * budgets.per_stream;
+        let bound_kib = baseline_max_kib + (fixed + streams_bytes) / 1024;
+        let at_max_streams_kib =
+            baseline_max_kib + (fixed + budgets.max_streams * budgets.per_stream) / 1024;
         RssBound {
             baseline_max_kib,
             stream_budget_bytes: budgets.stream_bytes,
             ids_budget_bytes,
+            streams_open_max,
+            per_stream_bytes: budgets.per_stream,
             slack_bytes: RSS_SLACK_BYTES,
             bound_kib,
             formula: format!(
                 "baseline max {} MiB + alloc.max_stream_bytes {} MiB + alloc.max_ids_in_flight {} \
-                 x {BYTES_PER_ID_IN_FLIGHT} B = {} MiB + slack {} MiB = {} MiB",
+                 x {BYTES_PER_ID_IN_FLIGHT} B = {} MiB + {streams_open_max} streams open x {} KiB \
+                 (one uncounted batch each) = {} MiB + slack {} MiB = {} MiB",
                 baseline_max_kib / 1024,
                 budgets.stream_bytes >> 20,
                 budgets.ids_in_flight,
                 ids_budget_bytes >> 20,
+                budgets.per_stream >> 10,
+                streams_bytes >> 20,
                 RSS_SLACK_BYTES >> 20,
                 bound_kib / 1024
             ),
+            at_max_streams_kib,
         }
     }
 }
@@ -141,12 +159,18 @@ impl RssBound {
 struct Budgets {
     stream_bytes: u64,
     ids_in_flight: u64,
+    per_stream: u64,
+    max_streams: u64,
 }
 
 impl Budgets {
-    fn of(_alloc: &AllocTuning) -> Budgets {
-        // PRE-MERGE: the defaults of alloc.max_stream_bytes and alloc.max_ids_in_flight (h-mem).
-        Budgets { stream_bytes: 128 << 20, ids_in_flight: 1_000_000 }
+    fn of(alloc: &AllocTuning) -> Budgets {
+        Budgets {
+            stream_bytes: alloc.max_stream_bytes as u64,
+            ids_in_flight: alloc.max_ids_in_flight as u64,
+            per_stream: alloc.stream_batch_bytes(alloc.max_batch_uids) as u64,
+            max_streams: alloc.max_streams as u64,
+        }
     }
 }
 
@@ -213,6 +237,9 @@ pub struct RssReport {
     pub after_last_kib: u64,
     pub stores_max_kib: u64,
     pub aborted_at_kib: Option<u64>,
+    /// Per phase, the largest value seen of each `seqsvr_alloc_budget_in_use{budget}` gauge
+    /// (scraped every second).
+    pub budgets_in_use_max: BTreeMap<String, BTreeMap<String, u64>>,
 }
 
 /// The store's leases view at the end (it drops a registration that never heartbeats after a
@@ -271,6 +298,23 @@ impl HostileReport {
         s.push_str(&format!("| after (last sample) | {} |\n", mib(self.rss.after_last_kib)));
         if let Some(b) = &self.rss_bound {
             s.push_str(&format!("\nbound: {} ({})\n", mib(b.bound_kib), b.formula));
+            s.push_str(&format!(
+                "\n(with alloc.max_streams streams open, the same terms give {})\n",
+                mib(b.at_max_streams_kib)
+            ));
+        }
+        if !self.rss.budgets_in_use_max.is_empty() {
+            s.push_str("\n| phase | most in use: streams | stream_bytes | ids_in_flight | waiting_calls |\n|---|---|---|---|---|\n");
+            for (phase, b) in &self.rss.budgets_in_use_max {
+                let get = |k: &str| b.get(k).copied().unwrap_or(0);
+                s.push_str(&format!(
+                    "| {phase} | {} | {:.1} MiB | {} | {} |\n",
+                    get("streams"),
+                    get("stream_bytes") as f64 / (1 << 20) as f64,
+                    get("ids_in_flight"),
+                    get("waiting_calls")
+                ));
+            }
         }
         s.push_str(&format!(
             "\nstore members' max RSS: {}; AllocSvr alive at the end: {}\n\n",
@@ -428,11 +472,21 @@ struct RssLog {
     /// (ms since start, phase, AllocSvr KiB, largest store member KiB)
     samples: Vec<(u64, u8, u64, u64)>,
     aborted_at_kib: Option<u64>,
+    /// (phase, budget) → the largest `seqsvr_alloc_budget_in_use` seen.
+    budgets: BTreeMap<(u8, String), u64>,
 }
 
-/// Samples every 200 ms until `stop`; above `ceiling` (KiB, once known) sets `abort`.
+const PHASE_NAMES: [&str; 4] = ["warmup", "baseline", "hostile", "after"];
+
+/// The budgets whose use is sampled.
+const BUDGET_GAUGES: [&str; 4] = ["streams", "stream_bytes", "ids_in_flight", "waiting_calls"];
+
+/// Samples every 200 ms until `stop` (and the budget gauges at `metrics` every second);
+/// above `ceiling` (KiB, once known) sets `abort`.
+#[allow(clippy::too_many_arguments)]
 async fn sample_rss(
     alloc: u32,
+    metrics: String,
     stores: Vec<u32>,
     phase: Arc<AtomicU8>,
     ceiling_kib: Arc<std::sync::atomic::AtomicU64>,
@@ -443,8 +497,22 @@ async fn sample_rss(
     let t0 = Instant::now();
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks = 0u64;
     while !stop.load(Ordering::Relaxed) {
         tick.tick().await;
+        ticks += 1;
+        if ticks % 5 == 0 {
+            if let Ok(samples) = crate::observe::scrape(&metrics, Duration::from_millis(500)).await
+            {
+                let p = phase.load(Ordering::Relaxed);
+                let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+                for budget in BUDGET_GAUGES {
+                    let v = samples.sum("seqsvr_alloc_budget_in_use", &[("budget", budget)]);
+                    let max = log.budgets.entry((p, budget.to_string())).or_default();
+                    *max = (*max).max(v as u64);
+                }
+            }
+        }
         let Some(kib) = rss_kib(alloc) else { continue };
         let store_kib = stores.iter().filter_map(|&p| rss_kib(p)).max().unwrap_or(0);
         let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
@@ -671,6 +739,9 @@ fn machine() -> String {
 /// Runs both phases on a fresh cluster. `Err` = the run could not be carried out.
 pub async fn run(cfg: &HostileConfig) -> anyhow::Result<HostileReport> {
     anyhow::ensure!(cfg.seconds >= 6, "--seconds {} is too short: give at least 6", cfg.seconds);
+    if let Some(unknown) = cfg.attacks.iter().find(|a| !attacks::ATTACKS.contains(&a.as_str())) {
+        anyhow::bail!("unknown attack {unknown:?}; known: {}", attacks::ATTACKS.join(", "));
+    }
     std::fs::create_dir_all(&cfg.out_dir)?;
     let options = ClusterOptions {
         sets: 1,
@@ -742,6 +813,7 @@ async fn scenario(cluster: &mut Cluster, cfg: &HostileConfig) -> anyhow::Result<
             ("alloc.max_streams".to_string(), tuning.max_streams as u64),
             ("alloc.max_waiting_calls".to_string(), tuning.max_waiting_calls as u64),
             ("alloc.max_stream_bytes".to_string(), budgets.stream_bytes),
+            ("alloc.max_bytes_per_stream".to_string(), tuning.max_bytes_per_stream as u64),
             ("alloc.max_ids_in_flight".to_string(), budgets.ids_in_flight),
             ("alloc.request_timeout_ms".to_string(), tuning.request_timeout_ms),
             ("ids.max_count".to_string(), u64::from(cluster.config.ids.max_count)),
@@ -757,6 +829,7 @@ async fn scenario(cluster: &mut Cluster, cfg: &HostileConfig) -> anyhow::Result<
     let rss = Arc::new(Mutex::new(RssLog::default()));
     let sampler = tokio::spawn(sample_rss(
         alloc_pid,
+        cluster.proc(key).metrics_addr.clone(),
         store_pids,
         phase.clone(),
         ceiling_kib.clone(),
@@ -786,9 +859,9 @@ async fn scenario(cluster: &mut Cluster, cfg: &HostileConfig) -> anyhow::Result<
         log.samples.iter().filter(|s| s.1 == BASELINE).map(|s| s.2).max().unwrap_or(0)
     };
     anyhow::ensure!(baseline_max_kib > 0, "no RSS sample of the AllocSvr (pid {alloc_pid})");
-    let bound = RssBound::new(baseline_max_kib, &budgets);
-    ceiling_kib.store(bound.bound_kib + ABORT_ABOVE_BOUND_BYTES / 1024, Ordering::Relaxed);
-    println!("[hostile] RSS bound: {}", bound.formula);
+    // The abort ceiling: the bound with every stream the configuration allows open, + 1 GiB.
+    let worst = RssBound::new(baseline_max_kib, &budgets, budgets.max_streams);
+    ceiling_kib.store(worst.bound_kib + ABORT_ABOVE_BOUND_BYTES / 1024, Ordering::Relaxed);
 
     phase.store(HOSTILE, Ordering::Relaxed);
     println!("[hostile] hostile phase: the good client and every attack for {hostile_len:?}");
@@ -810,7 +883,7 @@ async fn scenario(cluster: &mut Cluster, cfg: &HostileConfig) -> anyhow::Result<
         as_member: cluster.store_client_as_identity(set, HOSTILE_MEMBER_IDENTITY),
         as_admin: cluster.store_client_of(set),
     };
-    let running = attacks::start_all(&run, stores);
+    let running = attacks::start_all(&run, stores, &cfg.attacks);
     report.hostile = good_client(good.clone(), until).await;
     let mut attacks_done = Vec::new();
     for (attack, handle) in running {
@@ -851,14 +924,32 @@ async fn scenario(cluster: &mut Cluster, cfg: &HostileConfig) -> anyhow::Result<
             after_last_kib: log.samples.last().map_or(0, |s| s.2),
             stores_max_kib: log.samples.iter().map(|s| s.3).max().unwrap_or(0),
             aborted_at_kib: log.aborted_at_kib,
+            budgets_in_use_max: BTreeMap::new(),
         };
+        for ((p, budget), max) in &log.budgets {
+            report
+                .rss
+                .budgets_in_use_max
+                .entry(PHASE_NAMES[*p as usize].to_string())
+                .or_default()
+                .insert(budget.clone(), *max);
+        }
         let mut csv = String::from("ms,phase,alloc_rss_kib,store_max_rss_kib\n");
         for (ms, p, a, s) in &log.samples {
-            let p = ["warmup", "baseline", "hostile", "after"][*p as usize];
+            let p = PHASE_NAMES[*p as usize];
             csv.push_str(&format!("{ms},{p},{a},{s}\n"));
         }
         std::fs::write(cfg.out_dir.join("rss.csv"), csv)?;
     }
+    let streams_open_max = report
+        .rss
+        .budgets_in_use_max
+        .get("hostile")
+        .and_then(|b| b.get("streams"))
+        .copied()
+        .unwrap_or(budgets.max_streams);
+    let bound = RssBound::new(baseline_max_kib, &budgets, streams_open_max);
+    println!("[hostile] RSS bound: {}", bound.formula);
     if report.rss.hostile_max_kib > bound.bound_kib {
         report.violations.push(format!(
             "the AllocSvr's RSS reached {} MiB in the hostile phase, above the bound of {} MiB ({}){}",

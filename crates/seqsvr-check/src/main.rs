@@ -107,6 +107,11 @@ enum Command {
         /// Keep the cluster's data and logs (always kept on a violation or failure).
         #[arg(long)]
         keep: bool,
+        /// Comma-separated attacks to run (default: all): never-read-streams,
+        /// idle-connections, huge-id-counts, oversized, malformed, stalled-handshakes,
+        /// registrations.
+        #[arg(long, value_delimiter = ',')]
+        attacks: Vec<String>,
     },
     /// Replay the lost-disk interleaving with real processes: a lagging member plus a member
     /// whose data dir was wiped must not elect a leader that lost a committed max_seq.
@@ -264,8 +269,8 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Hostile { seconds, out, keep } => {
-            hostile_command(HostileConfig { seconds, out_dir: out, keep })
+        Command::Hostile { seconds, out, keep, attacks } => {
+            hostile_command(HostileConfig { seconds, out_dir: out, keep, attacks })
         }
         Command::LostDisk { window_election_timeouts, no_repair, keep } => {
             lost_disk_command(LostDiskConfig { window_election_timeouts, repair: !no_repair, keep })

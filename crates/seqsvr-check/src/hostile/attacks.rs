@@ -26,7 +26,9 @@ use tonic::{Code, Request, Status};
 pub const STREAM_CONNECTIONS: usize = 4;
 pub const STREAMS_PER_CONNECTION: usize = 64;
 /// Batches one never-read stream sends (of `alloc.max_batch_uids` uids each) before it only
-/// holds the stream open: more than any stream may hold in hand.
+/// holds the stream open: more than any stream may hold in hand. Each of the
+/// `STREAM_CONNECTIONS × STREAMS_PER_CONNECTION` tasks opens another such stream every
+/// `request_timeout + 1 s` and keeps the old ones open.
 pub const BATCHES_PER_STREAM: u64 = 48;
 /// Connections that complete TLS and HTTP/2, ask once and idle.
 pub const IDLE_CONNECTIONS: usize = 64;
@@ -92,6 +94,26 @@ impl Run {
                 }
             } => {}
         }
+    }
+
+    /// A stream of requests that yields nothing and ends when the run does: the tail of a
+    /// request stream that must stay open until then (a request side that never ends keeps
+    /// its HTTP/2 stream, and the connection, open even after the reply is dropped).
+    fn end_of_requests<T: Send + 'static>(
+        &self,
+    ) -> impl futures::Stream<Item = T> + Send + 'static {
+        let (until, mut abort) = (self.until, self.abort.clone());
+        futures::stream::once(async move {
+            tokio::select! {
+                () = tokio::time::sleep_until(until) => {}
+                () = async {
+                    if abort.wait_for(|&a| a).await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                } => {}
+            }
+        })
+        .filter_map(|()| async { None })
     }
 
     async fn pause(&self, d: Duration) {
@@ -251,11 +273,24 @@ pub(crate) struct StoreClients {
     pub as_admin: StoreClient,
 }
 
-/// Starts every attack; each task ends by `run.until`.
+/// Every attack's name, in the order they start.
+pub const ATTACKS: [&str; 7] = [
+    "never-read-streams",
+    "idle-connections",
+    "huge-id-counts",
+    "oversized",
+    "malformed",
+    "stalled-handshakes",
+    "registrations",
+];
+
+/// Starts the attacks named in `only` (every one when empty); each task ends by `run.until`.
 pub(crate) fn start_all(
     run: &Arc<Run>,
     stores: StoreClients,
+    only: &[String],
 ) -> Vec<(Arc<Attack>, JoinHandle<()>)> {
+    let chosen = |attack: &Attack| only.is_empty() || only.iter().any(|n| n == attack.name);
     let mut started = Vec::new();
     let streams = Attack::new(
         "never-read-streams",
@@ -264,14 +299,18 @@ pub(crate) fn start_all(
         // alloc.max_streams (or the connection's call limit) reached.
         &["RESOURCE_EXHAUSTED"],
     );
-    started.push((streams.clone(), tokio::spawn(never_read_streams(run.clone(), streams))));
+    if chosen(&streams) {
+        started.push((streams.clone(), tokio::spawn(never_read_streams(run.clone(), streams))));
+    }
     let idle = Attack::new(
         "idle-connections",
         "connections that complete TLS and HTTP/2, ask GetRouteTable once, then idle",
         &IDLE_FROM.to_string(),
         &["RESOURCE_EXHAUSTED"],
     );
-    started.push((idle.clone(), tokio::spawn(idle_connections(run.clone(), idle))));
+    if chosen(&idle) {
+        started.push((idle.clone(), tokio::spawn(idle_connections(run.clone(), idle))));
+    }
     let ids = Attack::new(
         "huge-id-counts",
         "NextIds of ids.max_count ids (every 4th: one more) on every scheme, in a loop",
@@ -280,7 +319,9 @@ pub(crate) fn start_all(
         // ids are bound to the clock, so a call may wait for it up to its deadline.
         &["RESOURCE_EXHAUSTED", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED"],
     );
-    started.push((ids.clone(), tokio::spawn(huge_id_counts(run.clone(), ids))));
+    if chosen(&ids) {
+        started.push((ids.clone(), tokio::spawn(huge_id_counts(run.clone(), ids))));
+    }
     let oversized = Attack::new(
         "oversized",
         "NextBatch of max_batch_uids + 1 uids; NextBatch and NextStream bodies 4x the request \
@@ -290,7 +331,9 @@ pub(crate) fn start_all(
         // any handler runs (documented in seq.proto).
         &["INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "OUT_OF_RANGE"],
     );
-    started.push((oversized.clone(), tokio::spawn(oversized_messages(run.clone(), oversized))));
+    if chosen(&oversized) {
+        started.push((oversized.clone(), tokio::spawn(oversized_messages(run.clone(), oversized))));
+    }
     let malformed = Attack::new(
         "malformed",
         "gRPC frames whose body is no protobuf, to every unary method",
@@ -299,14 +342,18 @@ pub(crate) fn start_all(
         // handler runs (as gRPC's statuscodes.md prescribes for a request that does not parse).
         &["INVALID_ARGUMENT", "INTERNAL"],
     );
-    started.push((malformed.clone(), tokio::spawn(malformed_messages(run.clone(), malformed))));
+    if chosen(&malformed) {
+        started.push((malformed.clone(), tokio::spawn(malformed_messages(run.clone(), malformed))));
+    }
     let stalled = Attack::new(
         "stalled-handshakes",
         "raw TCP connections that never send a ClientHello, opened again when closed",
         &STALLED_FROM.to_string(),
         &[],
     );
-    started.push((stalled.clone(), tokio::spawn(stalled_handshakes(run.clone(), stalled))));
+    if chosen(&stalled) {
+        started.push((stalled.clone(), tokio::spawn(stalled_handshakes(run.clone(), stalled))));
+    }
     let registrations = Attack::new(
         "registrations",
         "RegisterAlloc to the store: a 10 KiB address, then many from one AllocSvr identity \
@@ -314,10 +361,11 @@ pub(crate) fn start_all(
         "127.0.0.1 (store)",
         &["INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "PERMISSION_DENIED"],
     );
-    started.push((
-        registrations.clone(),
-        tokio::spawn(register_many(run.clone(), registrations, Arc::new(stores))),
-    ));
+    if chosen(&registrations) {
+        let task =
+            tokio::spawn(register_many(run.clone(), registrations.clone(), Arc::new(stores)));
+        started.push((registrations, task));
+    }
     started
 }
 
@@ -340,15 +388,19 @@ async fn never_read_streams(run: Arc<Run>, attack: Arc<Attack>) {
     while tasks.join_next().await.is_some() {}
 }
 
-/// Opens a stream, lets it send its batches, never reads, and after `request_timeout + 1 s`
-/// (when an AllocSvr that ends such streams has ended it) drops it and opens another.
+/// Every `request_timeout + 1 s` opens another stream that sends its batches and is never
+/// read, and keeps every stream it opened open (their request sides end with the run): a client
+/// that leaks streams, so the streams open grow by [`STREAM_CONNECTIONS`] ×
+/// [`STREAMS_PER_CONNECTION`] a period until `alloc.max_streams` refuses more. An AllocSvr
+/// that ends streams whose client reads nothing ends them meanwhile.
 async fn one_never_read_stream(run: Arc<Run>, attack: Arc<Attack>, channel: Channel, k: u64) {
     let mut client = seq_client(channel);
     let span = run.uid_end - run.uid_begin;
     let n = run.max_batch_uids as u64;
     let uids: Arc<Vec<u64>> =
         Arc::new((0..n).map(|i| run.uid_begin + (k * n + i) % span).collect());
-    let hold = run.request_timeout + Duration::from_secs(1);
+    let period = run.request_timeout + Duration::from_secs(1);
+    let mut open = Vec::new();
     while !run.over() {
         attack.attempt();
         let batch_uids = uids.clone();
@@ -359,20 +411,21 @@ async fn one_never_read_stream(run: Arc<Run>, attack: Arc<Attack>, channel: Chan
                 route_version: 0,
                 timeout_ms: 0,
             })
-            .chain(futures::stream::pending());
+            .chain(run.end_of_requests());
         match tokio::time::timeout(CONNECT_TIMEOUT, client.next_stream(batches)).await {
             Ok(Ok(replies)) => {
                 attack.answered();
-                run.sleep_until(run.until.min(Instant::now() + hold)).await;
-                drop(replies);
+                open.push(replies);
+                run.sleep_until(run.until.min(Instant::now() + period)).await;
             }
             Ok(Err(status)) => {
                 attack.status(&status);
-                run.pause(REFUSED_PAUSE).await;
+                run.pause(period).await;
             }
             Err(_) => attack.transport("NO_ANSWER", "the stream was not opened within 5 s"),
         }
     }
+    attack.keep_max("streams one task held open, max", open.len() as u64);
 }
 
 async fn idle_connections(run: Arc<Run>, attack: Arc<Attack>) {
@@ -532,7 +585,7 @@ async fn oversized_messages(run: Arc<Run>, attack: Arc<Attack>) {
                     route_version: 0,
                     timeout_ms: 0,
                 };
-                let batches = futures::stream::iter([batch]).chain(futures::stream::pending());
+                let batches = futures::stream::iter([batch]);
                 let call = async {
                     let mut replies = seq.next_stream(batches).await?.into_inner();
                     match replies.message().await? {
