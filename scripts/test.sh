@@ -53,7 +53,11 @@ step "build release bins" build_release_bins
 step "clippy" cargo clippy --release --workspace --all-targets -- -D warnings
 # The release binaries carry no teeth: no switch, no switch's name, no SEQSVR_TEETH.
 step "no teeth in release bins" check_no_teeth_names "$SEQSVR_BIN"/{storesvr,allocsvr,seqctl}
-step "cargo test" cargo test --release --workspace
+step "cargo test (unit, property, doc)" cargo test --release --workspace \
+  --exclude seqsvr-cluster-tests
+# The cluster tests: one binary (tests/tests/cluster/), three tests at a time; each has ports
+# and data dirs of its own, and most of their time goes to waiting on elections and leases.
+step "cluster tests" cargo test --release -p seqsvr-cluster-tests -- --test-threads 3
 step "mutation run" scripts/mutants.sh
 
 out=$(mktemp -d -t seqsvr-nemesis-XXXXXX)
@@ -117,7 +121,7 @@ step "teeth no-high-water (nemesis)" expect_caught no-high-water nemesis --secon
 # set back go back.
 step "teeth no-session-floor" expect_caught no-session-floor nemesis --seconds 60 --seed 3 \
   --sets 1 --faults clock-back-restart,kill-alloc --out "$out/teeth-no-session-floor"
-# Teeth that no nemesis fault reaches have a targeted cluster test (tests/tests/t95_teeth_*.rs)
+# Teeth that no nemesis fault reaches have a targeted cluster test (tests/tests/cluster/t95_teeth_*.rs)
 # that the normal build passed in `cargo test` above and the teeth run must fail, saying why.
 # Runs a test command that must FAIL with `marker` in its output (a teeth run caught).
 expect_fails_with() { # what, marker, log, command...
@@ -137,7 +141,7 @@ expect_fails_with() { # what, marker, log, command...
 expect_test_caught() { # teeth-name, test target, text its failure must contain
   expect_fails_with "cluster test $2 must catch $1" "$3" "$out/teeth-$1.log" \
     env SEQSVR_TEETH="$1" SEQSVR_BIN_DIR="$TEETH_DIR" \
-    cargo test --release -p seqsvr-cluster-tests --test "$2"
+    cargo test --release -p seqsvr-cluster-tests --test cluster -- "$2::"
 }
 step "teeth no-quorum-check" expect_test_caught no-quorum-check t95_teeth_no_quorum \
   "never answered 'no quorum'"

@@ -237,7 +237,7 @@ peer_ca = "ca/peer.pem"
 "app-1" = "client"
 "alloc-1" = "alloc"
 "ops" = "admin"
-"store-1" = { role = "peer", set = 0 }
+"store-1" = { role = "peer", set = 0, node = 1 }
 "#,
     );
 

@@ -72,10 +72,12 @@ pub async fn lease_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 }
                 if let Some(why) = layout_refusal(&shared.config, &reply) {
                     // No grant under another layout: this AllocSvr's sections are not the
-                    // store's (a uid would be served from another section's max_seq).
+                    // store's (a uid would be served from another section's max_seq). It stops
+                    // (hand-back, exit 1) rather than hold sections it will never serve.
                     shared.metrics.heartbeats_failed.increment(1);
-                    let status = tonic::Status::failed_precondition(why);
-                    note_error(&mut last_error, "grant refused: serving nothing", &status);
+                    tracing::error!(alloc = %alloc, "{why}: this AllocSvr stops");
+                    shared.fatal.send_replace(Some(why));
+                    return;
                 } else {
                     backoff.reset();
                     install_grant(&shared, alloc, sent_boot, received_boot, reply);
@@ -415,6 +417,8 @@ mod tests {
     // Tests written for survivors of the mutation run (docs/reliability/mutants.md).
 
     fn shared() -> Arc<Shared> {
+        // A plaintext test AllocSvr: its (never dialled) store channels say so.
+        seqsvr_client::tls::use_plaintext();
         Shared::new(crate::config::AllocConfig::for_tests()).unwrap()
     }
 

@@ -64,13 +64,22 @@ pub async fn run(config: AllocConfig, shutdown: impl Future<Output = ()>) -> any
         // Before anything registers a series: handles made earlier would record nothing.
         seqsvr_server::metrics::install(addr, &[("set", config.set_id.0.to_string())])?;
     }
-    // Its channels to the store present this AllocSvr's certificate (set before any is opened).
-    if let Some(setup) = &config.tls {
-        let f = &setup.files;
-        let tls =
-            seqsvr_tls::ClientTls::read(&f.server_name, &f.cert, &f.key, &f.client_ca, &f.store_ca)
-                .map_err(anyhow::Error::msg)?;
-        seqsvr_tls::set_process_tls(Some(tls));
+    // Its channels to the store present this AllocSvr's certificate (set before any is opened),
+    // or are plaintext when it serves plaintext (--insecure): said, never a default.
+    match &config.tls {
+        Some(setup) => {
+            let f = &setup.files;
+            let tls = seqsvr_tls::ClientTls::read(
+                &f.server_name,
+                &f.cert,
+                &f.key,
+                &f.client_ca,
+                &f.store_ca,
+            )
+            .map_err(anyhow::Error::msg)?;
+            seqsvr_tls::set_process_tls(tls);
+        }
+        None => seqsvr_tls::use_plaintext(),
     }
     let tls = config.tls.clone();
     let shared = state::Shared::new(config)?;
@@ -114,8 +123,12 @@ pub async fn run(config: AllocConfig, shutdown: impl Future<Output = ()>) -> any
         )
         .serve_maybe_tls(listener, tls.as_ref(), {
             let (shared, stop) = (shared.clone(), stop.clone());
+            let mut fatal = shared.fatal.subscribe();
             async move {
-                shutdown.await;
+                tokio::select! {
+                    () = shutdown => {}
+                    _ = fatal.wait_for(Option::is_some) => {}
+                }
                 tracing::info!("shutting down: handing sections back, then draining calls");
                 let _ = stop.send(true);
                 let within =
@@ -136,5 +149,8 @@ pub async fn run(config: AllocConfig, shutdown: impl Future<Output = ()>) -> any
     let _ = advancer_task.await;
     let _ = stop_observe.send(true);
     let _ = observe_task.await;
+    if let Some(why) = shared.fatal.borrow().clone() {
+        anyhow::bail!("{why}");
+    }
     result.context("gRPC server failed")
 }

@@ -564,6 +564,8 @@ mod tests {
     fn server_with(max_seq: u64, tune: impl FnOnce(&mut AllocConfig)) -> SeqServer {
         let mut config = AllocConfig::for_tests();
         tune(&mut config);
+        // A plaintext test AllocSvr: its (never dialled) store channels say so.
+        seqsvr_client::tls::use_plaintext();
         let shared = crate::state::Shared::new(config).unwrap();
         {
             let mut inner = shared.lock();
@@ -1112,6 +1114,9 @@ mod tests {
             .expect("the server setup")
             .expect("TLS")
         });
+        if tls.is_none() {
+            seqsvr_client::tls::use_plaintext();
+        }
         let runtime = |name: &str| {
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)

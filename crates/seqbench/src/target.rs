@@ -161,6 +161,7 @@ impl Target {
                 // The floor server (`seqbench floor-serve`) at --url, over the cluster file's
                 // TLS like seqsvr; without --url, a plaintext one inside this process.
                 let addr = if w.url.is_empty() {
+                    seqsvr_client::tls::use_plaintext();
                     crate::floor::start(w.uids).await?.to_string()
                 } else {
                     use_identity(w, "the floor server's cluster file: its [tls]")?;

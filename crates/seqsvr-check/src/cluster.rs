@@ -124,11 +124,12 @@ pub fn test_tls_config(sets: u64) -> TlsConfig {
     let mut identities = BTreeMap::new();
     for set in 0..sets {
         for id in 1..=PKI_MEMBERS {
-            let peer = MemberIdentity { role: Role::Peer, set: Some(SetId(set)) };
+            let peer =
+                MemberIdentity { role: Role::Peer, set: Some(SetId(set)), node: Some(NodeId(id)) };
             identities.insert(format!("store-{set}-{id}"), IdentityEntry::Member(peer));
         }
         for i in 1..=PKI_ALLOCS {
-            let alloc = MemberIdentity { role: Role::Alloc, set: Some(SetId(set)) };
+            let alloc = MemberIdentity { role: Role::Alloc, set: Some(SetId(set)), node: None };
             identities.insert(format!("alloc-{set}-{i}"), IdentityEntry::Member(alloc));
         }
     }
@@ -139,6 +140,7 @@ pub fn test_tls_config(sets: u64) -> TlsConfig {
         client_ca: path("client-bundle.pem"),
         store_ca: path("cluster-ca.pem"),
         peer_ca: path("cluster-ca.pem"),
+        max_registrations_per_identity: seqsvr_core::config::DEFAULT_MAX_REGISTRATIONS_PER_IDENTITY,
         identities,
     }
 }
@@ -167,7 +169,7 @@ fn use_admin_identity(tls: &TlsConfig) {
         &pki.join("admin.key"),
     )
     .expect("the test PKI's admin identity");
-    seqsvr_client::tls::set_process_tls(Some(admin));
+    seqsvr_client::tls::set_process_tls(admin);
 }
 
 /// The id schemes every test cluster serves: each of the five, under its own name, with
@@ -438,7 +440,7 @@ impl Cluster {
         config.validate().expect("test cluster config is valid");
         match &config.tls {
             Some(tls) => use_admin_identity(tls),
-            None => seqsvr_client::tls::set_process_tls(None),
+            None => seqsvr_client::tls::use_plaintext(),
         }
         let config_path = dir.path().join("cluster.toml");
         std::fs::write(&config_path, config.to_toml_string()).expect("write cluster.toml");

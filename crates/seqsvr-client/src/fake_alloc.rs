@@ -127,6 +127,9 @@ impl<F: FakeAlloc> SeqService for Served<F> {
 /// A loopback port and its address, for a fake that names itself in its route table before
 /// it serves ([`serve_on`]).
 pub(crate) async fn bind() -> (tokio::net::TcpListener, String) {
+    // The fakes serve plaintext, so the clients of a test dial plaintext: said, as every
+    // process must (`tls::use_plaintext`).
+    crate::tls::use_plaintext();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     (listener, addr)

@@ -289,6 +289,9 @@ impl IdClient {
                 "no AllocSvr address: give at least one (any AllocSvr of any set)",
             ));
         }
+        // TLS or plaintext is the process's explicit choice (`tls::set_process_tls` /
+        // `tls::use_plaintext`): said now, not at the first call.
+        crate::tls::process_transport()?;
         Ok(IdClient {
             seeds: unique,
             tables: RwLock::new(Vec::new()),
@@ -1598,6 +1601,7 @@ mod tests {
         };
         let text = set(0, "\"a:1\", \"b:1\"") + &set(1, "\"c:1\", \"a:1\"");
         let config = ClusterConfig::from_toml_str(&text).unwrap();
+        crate::tls::use_plaintext(); // addresses only: nothing is dialled
         let client = IdClient::from_config(&config).unwrap();
         assert_eq!(client.addresses(), ["a:1", "b:1", "c:1"]);
         let config = ClusterConfig::from_toml_str(&set(0, "")).unwrap();

@@ -501,8 +501,9 @@ async fn send_coalesced(
 }
 
 impl SeqClient {
-    /// Learns the route tables from the seeds (one per set is enough). Fails only if no seed
-    /// answered within `deadline`.
+    /// Learns the route tables from the seeds (one per set is enough). Fails if no seed
+    /// answered within `deadline`, and at once (FAILED_PRECONDITION) if the process chose no
+    /// transport: call `tls::set_process_tls` (mutual TLS) or `tls::use_plaintext` first.
     pub async fn connect(seeds: &[String], deadline: Duration) -> Result<SeqClient, Status> {
         SeqClient::connect_with(seeds, deadline, SeqClientOptions::default()).await
     }
@@ -516,6 +517,9 @@ impl SeqClient {
         if seeds.is_empty() {
             return Err(Status::invalid_argument("no seed addresses: give one AllocSvr per set"));
         }
+        // At once, not after the deadline spent retrying: TLS or plaintext is the process's
+        // explicit choice (`tls::set_process_tls` / `tls::use_plaintext`).
+        crate::tls::process_transport()?;
         if options.max_coalesced == 0 || options.max_in_flight == 0 || options.max_queued == 0 {
             return Err(Status::invalid_argument(
                 "max_coalesced, max_in_flight and max_queued must be at least 1",

@@ -48,7 +48,8 @@ pub fn channel(addr: &str) -> Result<Channel, Status> {
     channel_on(addr, crate::tls::Plane::Store)
 }
 
-/// [`channel`] for `plane`: over TLS when the process has an identity (`tls::set_process_tls`).
+/// [`channel`] for `plane`, as the process chose (`tls::set_process_tls` or
+/// `tls::use_plaintext`; neither: FAILED_PRECONDITION).
 pub fn channel_on(addr: &str, plane: crate::tls::Plane) -> Result<Channel, Status> {
     Ok(lazy(crate::tls::endpoint(addr, plane)?))
 }
@@ -69,7 +70,7 @@ fn store_channel_as(
     let plane = crate::tls::Plane::Store;
     let endpoint = match identity {
         Some(tls) => crate::tls::endpoint_with(addr, plane, set, Some(tls))?,
-        None => crate::tls::endpoint_with(addr, plane, set, crate::tls::process_tls().as_ref())?,
+        None => crate::tls::endpoint_for(addr, plane, set)?,
     };
     Ok(lazy(endpoint))
 }
@@ -680,11 +681,13 @@ mod tests {
 
     /// A member that accepts TCP and reads nothing, as a SIGSTOPped process does.
     async fn hung_member() -> (String, tokio::net::TcpListener) {
+        crate::tls::use_plaintext(); // the fakes serve plaintext
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         (listener.local_addr().unwrap().to_string(), listener)
     }
 
     async fn leader() -> String {
+        crate::tls::use_plaintext(); // the fakes serve plaintext
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         tokio::spawn(
@@ -809,6 +812,7 @@ mod tests {
             })
             .collect();
         let mut addrs = Vec::new();
+        crate::tls::use_plaintext(); // the fakes serve plaintext
         for m in &members {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             addrs.push(listener.local_addr().unwrap().to_string());

@@ -765,9 +765,35 @@ pub struct TlsConfig {
     pub store_ca: String,
     /// CA bundle of the peer plane: StoreSvr ↔ StoreSvr (`RaftTransport`).
     pub peer_ca: String,
+    /// The most current AllocSvr registrations (not replaced, not released) one `alloc`
+    /// identity may hold in a set: the store leader refuses one more (at another address; one
+    /// at the same address replaces the old) with RESOURCE_EXHAUSTED before proposing it. A
+    /// registration is replicated into the control state and every route table, so one
+    /// certificate must not be able to add them without end. Default
+    /// [`DEFAULT_MAX_REGISTRATIONS_PER_IDENTITY`]: one AllocSvr per certificate, plus restarts
+    /// at new addresses whose old registration is not forgotten yet; raise it where many
+    /// AllocSvrs of a set share one certificate.
+    #[serde(
+        default = "default_max_registrations_per_identity",
+        skip_serializing_if = "is_default_max_registrations_per_identity"
+    )]
+    pub max_registrations_per_identity: u32,
     /// Certificate identity (its subject CN, or any of its DNS SANs) → role.
     #[serde(default)]
     pub identities: BTreeMap<String, IdentityEntry>,
+}
+
+/// `[tls] max_registrations_per_identity` when the file does not say.
+pub const DEFAULT_MAX_REGISTRATIONS_PER_IDENTITY: u32 = 8;
+/// The largest `[tls] max_registrations_per_identity` accepted.
+pub const MAX_REGISTRATIONS_PER_IDENTITY_LIMIT: u32 = 1024;
+
+fn default_max_registrations_per_identity() -> u32 {
+    DEFAULT_MAX_REGISTRATIONS_PER_IDENTITY
+}
+
+fn is_default_max_registrations_per_identity(v: &u32) -> bool {
+    *v == DEFAULT_MAX_REGISTRATIONS_PER_IDENTITY
 }
 
 /// What a certificate identity may do.
@@ -801,7 +827,8 @@ impl std::fmt::Display for Role {
     }
 }
 
-/// One `[tls.identities]` entry: `"app-1" = "client"` or `"store-0" = { role = "peer", set = 0 }`.
+/// One `[tls.identities]` entry: `"app-1" = "client"` or
+/// `"store-0-1" = { role = "peer", set = 0, node = 1 }`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum IdentityEntry {
@@ -817,6 +844,12 @@ pub struct MemberIdentity {
     /// that set's StoreSvrs); refused for the other roles.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub set: Option<SetId>,
+    /// The member (Raft node id) a `peer` is (required), refused for the other roles: a member
+    /// may send Raft messages only as this node (`RaftTransport/Send` refuses a batch whose
+    /// `from` is another), so one member's certificate cannot speak for another. One
+    /// certificate per member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<NodeId>,
 }
 
 impl IdentityEntry {
@@ -831,6 +864,14 @@ impl IdentityEntry {
         match self {
             IdentityEntry::Role(_) => None,
             IdentityEntry::Member(m) => m.set,
+        }
+    }
+
+    /// The member a `peer` identity is (always `Some` for a peer of a validated config).
+    pub fn node(&self) -> Option<NodeId> {
+        match self {
+            IdentityEntry::Role(_) => None,
+            IdentityEntry::Member(m) => m.node,
         }
     }
 }
@@ -877,6 +918,16 @@ impl TlsConfig {
                 self.server_name
             ));
         }
+        if !(1..=MAX_REGISTRATIONS_PER_IDENTITY_LIMIT)
+            .contains(&self.max_registrations_per_identity)
+        {
+            return invalid(format!(
+                "tls.max_registrations_per_identity = {} must be 1 to \
+                 {MAX_REGISTRATIONS_PER_IDENTITY_LIMIT} (default \
+                 {DEFAULT_MAX_REGISTRATIONS_PER_IDENTITY})",
+                self.max_registrations_per_identity
+            ));
+        }
         for (what, path) in [
             ("client_ca", &self.client_ca),
             ("store_ca", &self.store_ca),
@@ -900,10 +951,35 @@ impl TlsConfig {
                      alloc.<server_name>); it cannot name one identity"
                 ));
             }
+            match (entry.role(), entry.node()) {
+                // Refused rather than accepted without Raft rights: a file written before
+                // peers named their node would then start members whose every Raft batch their
+                // peers refuse, a set that loses its quorum one upgraded member at a time.
+                (Role::Peer, None) => {
+                    return invalid(format!(
+                        "tls.identities: peer {name:?} must name the member it is: {{ role = \"peer\", \
+                         set = S, node = N }} with N its Raft node id (one certificate per member; \
+                         a member may send Raft messages only as its own node)"
+                    ))
+                }
+                (Role::Peer, Some(NodeId(0))) => {
+                    return invalid(format!(
+                        "tls.identities: peer {name:?} names node 0, which raft reserves"
+                    ))
+                }
+                (Role::Peer, Some(_)) => {}
+                (role, Some(_)) => {
+                    return invalid(format!(
+                        "tls.identities: {name:?} has role {role}; only a peer names a node"
+                    ))
+                }
+                (_, None) => {}
+            }
             match (entry.role(), entry.set()) {
                 (Role::Peer, None) => {
                     return invalid(format!(
-                        "tls.identities: peer {name:?} must name its set: {{ role = \"peer\", set = N }}"
+                        "tls.identities: peer {name:?} must name its set: {{ role = \"peer\", set = S, \
+                         node = N }}"
                     ))
                 }
                 (Role::Peer | Role::Alloc, Some(set)) if !set_ids.contains(&set) => {
@@ -1152,8 +1228,8 @@ peer_ca = "certs/peer-ca.pem"
 "alloc" = "alloc"
 "alloc-1" = { role = "alloc", set = 1 }
 "admin" = "admin"
-"store-0" = { role = "peer", set = 0 }
-"store-1" = { role = "peer", set = 1 }
+"store-0-1" = { role = "peer", set = 0, node = 1 }
+"store-1-2" = { role = "peer", set = 1, node = 2 }
 "#;
 
     #[test]
@@ -1162,8 +1238,11 @@ peer_ca = "certs/peer-ca.pem"
         let tls = c.tls.as_ref().unwrap();
         assert_eq!(tls.server_name, "seqsvr");
         assert_eq!(tls.identities["app-1"].role(), Role::Client);
-        assert_eq!(tls.identities["store-1"].role(), Role::Peer);
-        assert_eq!(tls.identities["store-1"].set(), Some(SetId(1)));
+        assert_eq!(tls.identities["store-1-2"].role(), Role::Peer);
+        assert_eq!(tls.identities["store-1-2"].set(), Some(SetId(1)));
+        assert_eq!(tls.identities["store-1-2"].node(), Some(NodeId(2)));
+        assert_eq!(tls.identities["alloc-1"].node(), None);
+        assert_eq!(tls.max_registrations_per_identity, DEFAULT_MAX_REGISTRATIONS_PER_IDENTITY);
         assert_eq!(tls.identities["admin"].set(), None);
         assert_eq!(tls.identities["alloc-1"].set(), Some(SetId(1)));
         let again = ClusterConfig::from_toml_str(&c.to_toml_string()).unwrap();
@@ -1175,14 +1254,32 @@ peer_ca = "certs/peer-ca.pem"
     fn tls_section_rejects_bad_entries() {
         let with = |extra: &str| format!("{GOOD}{TLS}{extra}\n");
         rejects(&with(r#""x" = "root""#), "untagged");
-        rejects(&with(r#""x" = "peer""#), "must name its set");
-        rejects(&with(r#""x" = { role = "peer", set = 7 }"#), "does not exist");
+        rejects(&with(r#""x" = "peer""#), "must name the member it is");
+        rejects(&with(r#""x" = { role = "peer", node = 1 }"#), "must name its set");
+        rejects(&with(r#""x" = { role = "peer", set = 7, node = 1 }"#), "does not exist");
+        // A peer written before peers named their node: refused, naming the entry.
+        rejects(
+            &with(r#""store-0-3" = { role = "peer", set = 0 }"#),
+            r#"peer "store-0-3" must name the member it is"#,
+        );
+        rejects(&with(r#""x" = { role = "peer", set = 0, node = 0 }"#), "reserves");
+        rejects(&with(r#""x" = { role = "alloc", set = 0, node = 1 }"#), "only a peer names");
         rejects(&with(r#""x" = { role = "client", set = 0 }"#), "only a peer or an alloc");
         rejects(&with(r#""x" = { role = "alloc", set = 7 }"#), "does not exist");
         rejects(&with(r#""seqsvr" = "admin""#), "server_name");
         rejects(&format!("{GOOD}{}", TLS.replace(r#""seqsvr""#, r#""bad name""#)), "DNS name");
         rejects(&format!("{GOOD}{}", TLS.replace(r#""certs/peer-ca.pem""#, r#""""#)), "peer_ca");
         rejects(&format!("{GOOD}{}", TLS.replace("peer_ca", "peer_cab")), "unknown field");
+        let most = |n: u32| {
+            TLS.replace(
+                "[tls.identities]",
+                &format!("max_registrations_per_identity = {n}\n[tls.identities]"),
+            )
+        };
+        rejects(&format!("{GOOD}{}", most(0)), "max_registrations_per_identity = 0 must be 1");
+        rejects(&format!("{GOOD}{}", most(1025)), "must be 1 to 1024");
+        let c = ClusterConfig::from_toml_str(&format!("{GOOD}{}", most(3))).unwrap();
+        assert_eq!(c.tls.unwrap().max_registrations_per_identity, 3);
     }
 
     #[test]
@@ -1193,14 +1290,14 @@ peer_ca = "certs/peer-ca.pem"
         let (name, e) = tls.resolve_identity(Some("admin"), &sans(&["seqsvr"])).unwrap();
         assert_eq!((name.as_str(), e.role()), ("admin", Role::Admin));
         let (name, e) =
-            tls.resolve_identity(Some("whatever"), &sans(&["seqsvr", "store-0"])).unwrap();
-        assert_eq!((name.as_str(), e.set()), ("store-0", Some(SetId(0))));
+            tls.resolve_identity(Some("whatever"), &sans(&["seqsvr", "store-0-1"])).unwrap();
+        assert_eq!((name.as_str(), e.set()), ("store-0-1", Some(SetId(0))));
         assert!(matches!(
             tls.resolve_identity(Some("nobody"), &sans(&["seqsvr"])),
             Err(IdentityError::Unknown(_))
         ));
         assert!(matches!(
-            tls.resolve_identity(Some("store-0"), &sans(&["store-1"])),
+            tls.resolve_identity(Some("store-0-1"), &sans(&["store-1-2"])),
             Err(IdentityError::Ambiguous(_))
         ));
         assert!(matches!(tls.resolve_identity(None, &[]), Err(IdentityError::Unknown(_))));

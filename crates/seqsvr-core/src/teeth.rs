@@ -71,7 +71,7 @@
 //! - `no-layout-check`: a changed `section_size` or set uid range is not compared with the
 //!   layout the set recorded (`store.rs` `SetLayout::mismatch`): a StoreSvr restarted with a
 //!   halved `section_size` starts and serves, and a uid whose section number changed goes
-//!   back to the new section's lower `max_seq` (`tests/tests/t95_teeth_layout.rs` catches it).
+//!   back to the new section's lower `max_seq` (`tests/tests/cluster/t95_teeth_layout.rs` catches it).
 //! - `accept-stale-load`: the AllocSvr's allocation table applies a load answer to a section
 //!   loading at the same lease epoch whatever load it answers (`alloc.rs`, `Load`): a late
 //!   answer of a load started before the section was dropped and granted again makes it ready

@@ -1,7 +1,9 @@
 //! Server accept: the server's rustls configuration ([`ServerTls`]), the accept loop that runs
 //! each handshake in its own task ([`incoming`]), the accepted connection with its client's
 //! [`PeerIdentity`] ([`TlsConn`]), and serving a tonic router over it or, with `--insecure`,
-//! over plain TCP ([`ServeExt::serve_maybe_tls`], from a [`TlsSetup`]).
+//! over plain TCP ([`plain_incoming`], [`ServeExt::serve_maybe_tls`], from a [`TlsSetup`]).
+//! Both loops admit connections through an [`AcceptGate`] (`gate.rs`): a bound on connections
+//! per remote IP and, for TLS, on handshakes in progress; past one, closed at once.
 //!
 //! [`ServerTls`] is built from the server's own certificate chain and key and the CA bundles of
 //! the planes it serves; it *requires* a client certificate (TLS 1.2 or 1.3, ALPN `h2`). It is
@@ -9,6 +11,7 @@
 //! connection), so certificates and CA bundles rotate without a restart; open connections keep
 //! the configuration they started with.
 
+use crate::gate::{AcceptGate, AcceptLimits, IpSlot};
 use crate::identity::{certificate_names, PeerIdentity};
 use crate::pem::{parse_certs, parse_key, provider, roots, TlsError, TlsFiles};
 use crate::reload::{Messages, Reloading, Source};
@@ -18,7 +21,8 @@ use rustls::pki_types::UnixTime;
 use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
-use seqsvr_core::config::TlsConfig;
+use seqsvr_core::config::{Role, TlsConfig};
+use seqsvr_core::ids::{NodeId, SetId};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -126,6 +130,8 @@ impl ServerTls {
 pub struct TlsConn {
     inner: tokio_rustls::server::TlsStream<TcpStream>,
     peer: PeerIdentity,
+    /// Counts it as open from its IP until it is dropped.
+    _slot: IpSlot,
 }
 
 impl TlsConn {
@@ -184,7 +190,12 @@ impl AsyncWrite for TlsConn {
 
 /// One handshake: the TLS exchange (client certificate required and verified), then the
 /// identity read from the verified certificate.
-async fn handshake(tls: &ServerTls, tcp: TcpStream, remote: SocketAddr) -> Result<TlsConn, String> {
+async fn handshake(
+    tls: &ServerTls,
+    tcp: TcpStream,
+    remote: SocketAddr,
+    slot: IpSlot,
+) -> Result<TlsConn, String> {
     let _ = tcp.set_nodelay(true);
     set_tcp_keepalive(&tcp);
     // Loaded at start and only ever replaced: never empty.
@@ -215,35 +226,71 @@ async fn handshake(tls: &ServerTls, tcp: TcpStream, remote: SocketAddr) -> Resul
     Ok(TlsConn {
         inner: stream,
         peer: PeerIdentity { remote_addr: Some(remote), cn, dns_sans, planes: verified },
+        _slot: slot,
     })
 }
 
+/// The next connection of `listener` the gate lets in, with its slot; `None` once `closed`
+/// resolves. A connection its IP has no room for is closed at once (dropped), here.
+async fn accept_admitted(
+    listener: &TcpListener,
+    gate: &Arc<AcceptGate>,
+    closed: impl std::future::Future<Output = ()>,
+) -> Option<(TcpStream, SocketAddr, IpSlot)> {
+    tokio::pin!(closed);
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut closed => return None,
+            a = listener.accept() => a,
+        };
+        let (tcp, remote) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of file descriptors and the like: wait instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        if let Some(slot) = gate.admit(remote) {
+            return Some((tcp, remote, slot));
+        }
+    }
+}
+
 /// The accepted, handshaken connections of `listener`, for
-/// `tonic::transport::Server::serve_with_incoming(_shutdown)`. Failed handshakes are logged and
-/// dropped; the stream ends when tonic drops it.
+/// `tonic::transport::Server::serve_with_incoming(_shutdown)`, within the default
+/// [`AcceptLimits`] ([`incoming_gated`]). Failed handshakes are logged and dropped; the stream
+/// ends when tonic drops it.
 pub fn incoming(
     listener: TcpListener,
     tls: Arc<ServerTls>,
 ) -> tokio_stream::wrappers::ReceiverStream<Result<TlsConn, std::io::Error>> {
+    incoming_gated(listener, tls, AcceptGate::new(AcceptLimits::DEFAULT))
+}
+
+/// [`incoming`] within `gate`'s limits: a connection past the per-IP limit, or arriving while
+/// the most handshakes are in progress, is closed at once, before any byte is read.
+pub fn incoming_gated(
+    listener: TcpListener,
+    tls: Arc<ServerTls>,
+    gate: Arc<AcceptGate>,
+) -> tokio_stream::wrappers::ReceiverStream<Result<TlsConn, std::io::Error>> {
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     tokio::spawn(async move {
         loop {
-            let accepted = tokio::select! {
-                _ = tx.closed() => return,
-                a = listener.accept() => a,
+            let Some((tcp, remote, slot)) = accept_admitted(&listener, &gate, tx.closed()).await
+            else {
+                return;
             };
-            let (tcp, remote) = match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of file descriptors and the like: wait instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
+            let Some(permit) = gate.handshake(remote) else {
+                continue; // `tcp` and `slot` dropped: closed at once, no longer counted
             };
             let (tls, tx) = (tls.clone(), tx.clone());
             tokio::spawn(async move {
-                match handshake(&tls, tcp, remote).await {
+                let handshaken = handshake(&tls, tcp, remote, slot).await;
+                drop(permit);
+                match handshaken {
                     Ok(conn) => {
                         tracing::debug!(%remote, cn = ?conn.peer.cn, planes = ?conn.peer.planes,
                             "TLS connection");
@@ -267,6 +314,39 @@ pub struct TlsSetup {
 }
 
 impl TlsSetup {
+    /// For a StoreSvr member at start: its own certificate must be, in `[tls.identities]`, the
+    /// peer of its set that names its node id. Its peers refuse every Raft batch it sends
+    /// otherwise (`authz.rs::require_own_node`), so it would run without ever being heard.
+    pub fn check_member_identity(&self, set: SetId, node: NodeId) -> anyhow::Result<()> {
+        let cert = &self.files.cert;
+        let pem = crate::pem::read(cert)?;
+        let chain = parse_certs(cert, &pem)?;
+        let (cn, sans) = certificate_names(chain[0].as_ref())
+            .map_err(|e| anyhow::anyhow!("{}: unreadable certificate: {e}", cert.display()))?;
+        let (name, entry) = self.config.resolve_identity(cn.as_deref(), &sans).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: this member's certificate: {e}; add it as {{ role = \"peer\", set = {set}, \
+                 node = {node} }}",
+                cert.display()
+            )
+        })?;
+        if entry.role() != Role::Peer || entry.set() != Some(set) || entry.node() != Some(node) {
+            let found = match (entry.set(), entry.node()) {
+                (Some(s), Some(n)) => format!("role {} of set {s}, node {n}", entry.role()),
+                (Some(s), None) => format!("role {} of set {s}", entry.role()),
+                _ => format!("role {}", entry.role()),
+            };
+            anyhow::bail!(
+                "{}: this member (set {set}, node {node}) presents identity {name:?}, which \
+                 [tls.identities] lists as {found}: its peers would refuse its Raft messages. \
+                 Give it its own certificate, listed as {{ role = \"peer\", set = {set}, node = \
+                 {node} }}",
+                cert.display()
+            );
+        }
+        Ok(())
+    }
+
     /// Secure by default: without `[tls]` a server refuses to start unless told `insecure`
     /// (`--insecure`), and then it is `None` (plaintext). With `[tls]`, the process's
     /// certificate and key are required, and `insecure` is refused (it would be silently
@@ -311,6 +391,80 @@ impl TlsSetup {
             ),
         }
     }
+}
+
+/// A plaintext connection a server accepted (`--insecure`), counted as open from its IP until
+/// it is dropped.
+pub struct PlainConn {
+    inner: TcpStream,
+    _slot: IpSlot,
+}
+
+impl Connected for PlainConn {
+    type ConnectInfo = <TcpStream as Connected>::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+impl AsyncRead for PlainConn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for PlainConn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// The accepted plaintext connections of `listener` (`--insecure`) within `gate`'s per-IP
+/// limit (no handshake to bound), with TCP_NODELAY and [`TCP_KEEPALIVE`] set.
+pub fn plain_incoming(
+    listener: TcpListener,
+    gate: Arc<AcceptGate>,
+) -> tokio_stream::wrappers::ReceiverStream<Result<PlainConn, std::io::Error>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        while let Some((tcp, _, slot)) = accept_admitted(&listener, &gate, tx.closed()).await {
+            let _ = tcp.set_nodelay(true);
+            set_tcp_keepalive(&tcp);
+            if tx.send(Ok(PlainConn { inner: tcp, _slot: slot })).await.is_err() {
+                return;
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
 /// TCP keepalive on every accepted connection (both servers, TLS or not): a peer that vanished
@@ -372,9 +526,7 @@ where
                      accepts plaintext connections from anyone who can reach its port, with no \
                      role check (see `seqctl certs init`); seqsvr_insecure is 1"
                 );
-                let incoming = tonic::transport::server::TcpIncoming::from(listener)
-                    .with_nodelay(Some(true))
-                    .with_keepalive(Some(TCP_KEEPALIVE));
+                let incoming = plain_incoming(listener, AcceptGate::new(AcceptLimits::DEFAULT));
                 self.serve_with_incoming_shutdown(incoming, signal).await?;
             }
         }

@@ -15,7 +15,7 @@
 use crate::identity::{Caller, PeerIdentity};
 use crate::{Plane, ServerKind, AUDIT_TARGET};
 use seqsvr_core::config::{IdentityEntry, Role, TlsConfig};
-use seqsvr_core::ids::SetId;
+use seqsvr_core::ids::{NodeId, SetId};
 
 /// One way to be allowed a call: a certificate from `plane`'s CA bundle whose identity has
 /// `role` (and, for a peer, belongs to `set`).
@@ -123,6 +123,7 @@ pub fn authorize(
         name: name.clone(),
         role: e.role(),
         set: e.set(),
+        node: e.node(),
     });
     let grants = match need_for(kind, call) {
         Some(Need::AnyVerified) => return Ok(caller),
@@ -193,6 +194,35 @@ pub fn alloc_identity<T>(
     }
 }
 
+/// For `RaftTransport/Send`: a batch says which member it comes from (`from`), and everything
+/// it carries is taken as that member's (its messages, its address, whether it is vote-blocked,
+/// its commands version). Only that member itself may say so: the caller's identity must name
+/// node `from` (`[tls.identities]`: `{ role = "peer", set = S, node = N }`). Otherwise one
+/// member's certificate could forge another's votes (a leader without a real majority, which
+/// can lose a committed `max_seq`), its higher-term messages, or its commands version (the
+/// upgrade gate raised early). `None` caller: a plaintext server, nothing to check.
+pub fn require_own_node<T>(request: &tonic::Request<T>, from: NodeId) -> Result<(), tonic::Status> {
+    let Some(caller) = request.extensions().get::<Caller>() else {
+        return Ok(());
+    };
+    match (caller.role, caller.node) {
+        (Role::Peer, Some(node)) if node == from => Ok(()),
+        (Role::Peer, Some(node)) => Err(refuse(
+            caller,
+            &format!("a Raft batch as member {from}"),
+            &format!(
+                "its [tls.identities] entry names member {node}, and a member speaks only for \
+                 itself (check that member {node} runs with its own certificate)"
+            ),
+        )),
+        _ => Err(refuse(
+            caller,
+            &format!("a Raft batch as member {from}"),
+            "only a peer whose [tls.identities] entry names that node does",
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,8 +248,8 @@ peer_ca = "p.pem"
 "app-1" = "client"
 "alloc" = "alloc"
 "admin" = "admin"
-"store-0" = { role = "peer", set = 0 }
-"store-1" = { role = "peer", set = 1 }
+"store-0" = { role = "peer", set = 0, node = 1 }
+"store-1" = { role = "peer", set = 1, node = 1 }
 "#;
         seqsvr_core::config::ClusterConfig::from_toml_str(text).unwrap().tls.unwrap()
     }
@@ -281,10 +311,37 @@ peer_ca = "p.pem"
     }
 
     #[test]
+    fn a_member_sends_raft_batches_only_as_itself() {
+        let mut request = tonic::Request::new(());
+        assert!(require_own_node(&request, NodeId(2)).is_ok(), "plaintext: nothing to check");
+        let member_1 = Caller {
+            name: "store-0-1".into(),
+            role: Role::Peer,
+            set: Some(SetId(0)),
+            node: Some(NodeId(1)),
+        };
+        request.extensions_mut().insert(member_1);
+        assert!(require_own_node(&request, NodeId(1)).is_ok());
+        let err = require_own_node(&request, NodeId(2)).unwrap_err();
+        assert_eq!(err.code(), tonic::Code::PermissionDenied);
+        assert!(
+            err.message().starts_with(
+                "identity \"store-0-1\" (role peer) may not make a Raft batch as member 2: its \
+                 [tls.identities] entry names member 1"
+            ),
+            "{}",
+            err.message()
+        );
+        let admin = Caller { name: "admin".into(), role: Role::Admin, set: None, node: None };
+        request.extensions_mut().insert(admin);
+        assert!(require_own_node(&request, NodeId(1)).is_err());
+    }
+
+    #[test]
     fn only_an_admin_passes_require_admin() {
         let mut request = tonic::Request::new(());
         assert!(require_admin(&request, "x").is_ok(), "plaintext: no caller, nothing to check");
-        let alloc = Caller { name: "alloc-0-1".into(), role: Role::Alloc, set: None };
+        let alloc = Caller { name: "alloc-0-1".into(), role: Role::Alloc, set: None, node: None };
         request.extensions_mut().insert(alloc);
         let err = require_admin(&request, "an unfenced advance (alloc_id 0)").unwrap_err();
         assert_eq!(err.code(), tonic::Code::PermissionDenied);
@@ -297,6 +354,7 @@ peer_ca = "p.pem"
             name: "admin".into(),
             role: Role::Admin,
             set: None,
+            node: None,
         });
         assert!(require_admin(&request, "x").is_ok());
     }

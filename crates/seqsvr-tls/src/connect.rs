@@ -13,8 +13,9 @@
 //! Two users, one rotation (`reload.rs`):
 //! - **the process identity** ([`ClientTls`]): a process has one identity (its certificate and
 //!   key), set once at start ([`set_process_tls`], [`use_cluster_identity`]) before any channel
-//!   is opened; every channel of the SDK then dials with it ([`endpoint`]); without one,
-//!   channels are plaintext `http://`. The SDK's clients watch [`generation`] and build new
+//!   is opened; every channel of the SDK then dials with it ([`endpoint`]). Plaintext `http://`
+//!   is a choice of its own ([`use_plaintext`]): a process that made neither opens no channel
+//!   (FAILED_PRECONDITION naming both, [`process_transport`]), never a plaintext one by default. The SDK's clients watch [`generation`] and build new
 //!   channels when it moves (calls already running finish on the old connection).
 //! - **a member dialling its peers** ([`ReloadingClientTls`], from the process's [`TlsFiles`]),
 //!   and [`client_tls_config`] for a one-off configuration.
@@ -25,6 +26,7 @@ use crate::{Plane, ServerKind};
 use seqsvr_core::config::TlsConfig;
 use seqsvr_core::ids::SetId;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 use tonic::Status;
@@ -213,21 +215,51 @@ static PROCESS_TLS: Reloading<IdentityFiles> = Reloading::empty(Messages {
     broken: "client certificate files changed but do not load: the old identity is kept",
 });
 
-/// Sets (or, with `None`, clears) the TLS identity of every channel opened from now on.
-pub fn set_process_tls(tls: Option<ClientTls>) {
-    PROCESS_TLS.set(tls.map(|tls| {
-        // What was loaded, not what the files hold now: a file replaced since is a change.
-        let contents = tls.contents();
-        let source =
-            IdentityFiles { server_name: tls.server_name.clone(), files: tls.files.clone() };
-        (source, tls, contents)
-    }));
+/// Set once plaintext was chosen ([`use_plaintext`]) and no identity since.
+static PLAINTEXT: AtomicBool = AtomicBool::new(false);
+
+/// Every channel opened from now on dials with mutual TLS as `tls` (rotating with its files).
+pub fn set_process_tls(tls: ClientTls) {
+    // What was loaded, not what the files hold now: a file replaced since is a change.
+    let contents = tls.contents();
+    let source = IdentityFiles { server_name: tls.server_name.clone(), files: tls.files.clone() };
+    PROCESS_TLS.set(Some((source, tls, contents)));
+    PLAINTEXT.store(false, Ordering::Release);
+}
+
+/// Every channel opened from now on dials plaintext `http://`, with no identity: for a cluster
+/// whose servers run with `--insecure` (its cluster file has no `[tls]`). The explicit choice
+/// — a process that made neither ([`set_process_tls`] nor this) opens no channel at all
+/// ([`process_transport`]), so nothing goes out in plaintext because TLS was forgotten.
+pub fn use_plaintext() {
+    PLAINTEXT.store(true, Ordering::Release);
+    PROCESS_TLS.set(None);
 }
 
 /// The process's TLS identity, if set.
 pub fn process_tls() -> Option<ClientTls> {
     PROCESS_TLS.get()
 }
+
+/// How this process's channels dial: `Some` identity (mutual TLS), `None` (plaintext, chosen
+/// with [`use_plaintext`]), or FAILED_PRECONDITION saying what to configure when the process
+/// chose neither.
+pub fn process_transport() -> Result<Option<ClientTls>, Status> {
+    if let Some(tls) = process_tls() {
+        return Ok(Some(tls));
+    }
+    if PLAINTEXT.load(Ordering::Acquire) {
+        return Ok(None);
+    }
+    Err(Status::failed_precondition(NO_TRANSPORT))
+}
+
+/// What a process that chose no transport is told.
+pub const NO_TRANSPORT: &str = "no transport chosen for this process's seqsvr channels, so none \
+     is opened: for mutual TLS (a cluster file with [tls]) call \
+     seqsvr_client::tls::set_process_tls(ClientTls::read(..)) or use_cluster_identity(..) with \
+     this process's certificate and key (e.g. the client.pem/client.key of `seqctl certs init`); \
+     for a cluster served in plaintext (--insecure) call seqsvr_client::tls::use_plaintext()";
 
 /// The generation of the process's identity, after picking up a rotation of its files (their
 /// contents compared once per [`crate::RELOAD_CHECK`] at most, read outside the lock): a client
@@ -251,8 +283,10 @@ pub enum IdentityError {
 }
 
 /// For client tools (seqctl, seqbench, seqcheck): with `[tls]` in the cluster file, every
-/// channel from now on presents `cert`/`key`; without it, channels stay plaintext. A
-/// certificate without `[tls]`, or `[tls]` without one, is an error (never silently ignored).
+/// channel from now on presents `cert`/`key`; a cluster file without `[tls]` describes a
+/// plaintext cluster (its servers refuse to start without `[tls]` unless given `--insecure`),
+/// and channels are plaintext ([`use_plaintext`]). A certificate without `[tls]`, or `[tls]`
+/// without one, is an error (never silently ignored).
 pub fn use_cluster_identity(
     tls: Option<&TlsConfig>,
     cluster_file: &Path,
@@ -261,28 +295,37 @@ pub fn use_cluster_identity(
 ) -> Result<(), IdentityError> {
     let file = || cluster_file.display().to_string();
     match (tls, cert, key) {
-        (None, None, None) => Ok(()),
+        (None, None, None) => {
+            use_plaintext();
+            Ok(())
+        }
         (None, _, _) => Err(IdentityError::NotAsked(file())),
         (Some(tls), Some(cert), Some(key)) => {
             let dir = cluster_file.parent().unwrap_or(Path::new(""));
             let client = ClientTls::from_files(tls, dir, cert, key)
                 .map_err(|e| IdentityError::Files(e.to_string()))?;
-            set_process_tls(Some(client));
+            set_process_tls(client);
             Ok(())
         }
         (Some(_), _, _) => Err(IdentityError::Missing(file())),
     }
 }
 
-/// An endpoint for `addr` (`host:port`) on `plane`: `https://` with the process's TLS identity
-/// when it has one, else `http://`.
+/// An endpoint for `addr` (`host:port`) on `plane`, as the process chose
+/// ([`process_transport`]): `https://` with its TLS identity, `http://` after
+/// [`use_plaintext`], FAILED_PRECONDITION when it chose neither.
 pub fn endpoint(addr: &str, plane: Plane) -> Result<Endpoint, Status> {
-    endpoint_with(addr, plane, None, process_tls().as_ref())
+    endpoint_for(addr, plane, None)
 }
 
-/// [`endpoint`] to a StoreSvr of `set` when known, with an explicit identity instead of the
-/// process's (`None`: plaintext): for a process that acts as more than one identity (the test
-/// harness acting as an AllocSvr).
+/// [`endpoint`] to a StoreSvr of `set` when known (only that set's certificates accepted).
+pub fn endpoint_for(addr: &str, plane: Plane, set: Option<SetId>) -> Result<Endpoint, Status> {
+    endpoint_with(addr, plane, set, process_transport()?.as_ref())
+}
+
+/// [`endpoint_for`] with an explicit transport instead of the process's: `Some` identity, or
+/// `None` for plaintext, said by the caller; for a process that acts as more than one identity
+/// (the test harness acting as an AllocSvr).
 pub fn endpoint_with(
     addr: &str,
     plane: Plane,
@@ -411,6 +454,21 @@ mod tests {
         assert!(err.message().contains("TLS settings"), "{err:?}");
     }
 
+    /// The process-wide choice: none is an error naming what to configure; plaintext only
+    /// once asked. (The only test of this crate's unit tests that touches the process state.)
+    #[test]
+    fn a_process_that_chose_no_transport_opens_no_channel() {
+        let err = endpoint("127.0.0.1:7001", Plane::Client).unwrap_err();
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+        assert!(
+            err.message().contains("set_process_tls") && err.message().contains("use_plaintext"),
+            "{err:?}"
+        );
+        use_plaintext();
+        let e = endpoint("127.0.0.1:7001", Plane::Client).unwrap();
+        assert_eq!(e.uri().scheme_str(), Some("http"));
+    }
+
     #[test]
     fn from_files_reports_the_file_that_does_not_load() {
         let dir = std::env::temp_dir().join(format!("seqsvr-client-tls-{}", std::process::id()));
@@ -421,6 +479,7 @@ mod tests {
             client_ca: "bad.pem".into(),
             store_ca: "bad.pem".into(),
             peer_ca: "bad.pem".into(),
+            max_registrations_per_identity: 8,
             identities: Default::default(),
         };
         let err = ClientTls::from_files(&tls, &dir, &dir.join("bad.pem"), &dir.join("nope.key"))

@@ -4,7 +4,7 @@
 
 use crate::Plane;
 use seqsvr_core::config::Role;
-use seqsvr_core::ids::SetId;
+use seqsvr_core::ids::{NodeId, SetId};
 use std::net::SocketAddr;
 
 /// Who is at the other end of a connection, as its verified certificate says. Tonic puts it in
@@ -51,4 +51,6 @@ pub struct Caller {
     pub name: String,
     pub role: Role,
     pub set: Option<SetId>,
+    /// The member a `peer` is (`[tls.identities]`'s `node`): the only one it may speak for.
+    pub node: Option<NodeId>,
 }

@@ -23,11 +23,14 @@
 //! - `identity.rs`: who is at the other end ([`PeerIdentity`], [`certificate_names`]) and the
 //!   authorised caller handlers see ([`Caller`]).
 //! - `authz.rs`: **the role → RPC table** ([`need_for`]) and the decision for one call
-//!   ([`authorize`], [`require_admin`], [`alloc_identity`]). Adding an RPC means a row there.
+//!   ([`authorize`], [`require_admin`], [`alloc_identity`], [`require_own_node`]). Adding an RPC
+//!   means a row there.
 //! - `layer.rs`: the tower layer in front of every service ([`AuthLayer`], [`auth_layer`]):
 //!   refusals and the audit lines ([`AUDIT_TARGET`]).
+//! - `gate.rs`: admission of accepted connections ([`AcceptGate`], [`AcceptLimits`]): open
+//!   connections per remote IP and TLS handshakes in progress, both bounded.
 //! - `accept.rs`: server accept ([`ServerTls`], [`incoming`], [`TlsConn`]), serving a router
-//!   over it or plaintext with `--insecure` ([`ServeExt`], [`TlsSetup`]).
+//!   over it or plaintext with `--insecure` ([`plain_incoming`], [`ServeExt`], [`TlsSetup`]).
 //! - `connect.rs`: client connect: the server-name rule ([`server_name_for`],
 //!   [`server_names_of`]), the process's client identity ([`ClientTls`], [`set_process_tls`],
 //!   [`generation`], [`endpoint`]), a member's configuration for its peers
@@ -37,6 +40,7 @@
 pub mod accept;
 pub mod authz;
 pub mod connect;
+pub mod gate;
 pub mod identity;
 pub mod layer;
 pub mod pem;
@@ -45,14 +49,19 @@ pub mod pki;
 pub mod reload;
 
 pub use accept::{
-    incoming, ServeExt, ServerTls, TlsConn, TlsSetup, HANDSHAKE_TIMEOUT, TCP_KEEPALIVE,
+    incoming, incoming_gated, plain_incoming, PlainConn, ServeExt, ServerTls, TlsConn, TlsSetup,
+    HANDSHAKE_TIMEOUT, TCP_KEEPALIVE,
 };
-pub use authz::{alloc_identity, authorize, need_for, require_admin, Grant, Need};
+pub use authz::{
+    alloc_identity, authorize, need_for, require_admin, require_own_node, Grant, Need,
+};
 pub use connect::{
-    client_tls_config, endpoint, endpoint_with, endpoint_with_config, generation, process_tls,
-    server_ca_plane, server_name_for, server_names_of, set_process_tls, use_cluster_identity,
-    ClientTls, IdentityError, ReloadingClientTls,
+    client_tls_config, endpoint, endpoint_for, endpoint_with, endpoint_with_config, generation,
+    process_tls, process_transport, server_ca_plane, server_name_for, server_names_of,
+    set_process_tls, use_cluster_identity, use_plaintext, ClientTls, IdentityError,
+    ReloadingClientTls, NO_TRANSPORT,
 };
+pub use gate::{AcceptGate, AcceptLimits, Refusal};
 pub use identity::{certificate_names, Caller, PeerIdentity};
 pub use layer::{auth_layer, Auth, AuthLayer};
 pub use pem::{parse_certs, parse_key, TlsError, TlsFiles};

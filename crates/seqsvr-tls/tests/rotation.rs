@@ -47,7 +47,7 @@ fn a_rotated_client_certificate_is_picked_up_and_a_broken_one_is_not() {
     put(&at("me.key"), &key);
     let read =
         || ClientTls::read("seqsvr", &at("me.pem"), &at("me.key"), &at("ca.pem"), &at("ca.pem"));
-    set_process_tls(Some(read().unwrap()));
+    set_process_tls(read().unwrap());
     let first = generation();
     assert_eq!(process_tls().unwrap().cert_pem, cert.as_bytes());
 

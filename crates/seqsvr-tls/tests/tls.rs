@@ -109,9 +109,9 @@ peer_ca = "peer-ca.pem"
 "alloc-0-2" = { role = "alloc", set = 0 }
 "alloc-1-1" = { role = "alloc", set = 1 }
 "admin" = "admin"
-"store-0-1" = { role = "peer", set = 0 }
-"store-0-2" = { role = "peer", set = 0 }
-"store-1-1" = { role = "peer", set = 1 }
+"store-0-1" = { role = "peer", set = 0, node = 1 }
+"store-0-2" = { role = "peer", set = 0, node = 2 }
+"store-1-1" = { role = "peer", set = 1, node = 1 }
 "#;
 
 fn tls_config() -> TlsConfig {
@@ -737,6 +737,21 @@ async fn without_tls_a_server_serves_plaintext_with_no_role_check() {
     assert_eq!(server.seen.count(), 1);
 }
 
+/// A member whose certificate is not, in `[tls.identities]`, the peer of its set naming its
+/// node id does not start (its peers would refuse every Raft batch it sends).
+#[test]
+fn a_member_must_present_the_identity_of_its_own_node() {
+    let ca = ca("cluster");
+    let dir = Dir::one_ca(&ca, &ca.server("store-0-1"));
+    let setup = TlsSetup { config: Arc::new(tls_config()), files: dir.files(), kind: STORE0 };
+    setup.check_member_identity(SetId(0), seqsvr_core::ids::NodeId(1)).unwrap();
+    let err = setup.check_member_identity(SetId(0), seqsvr_core::ids::NodeId(2)).unwrap_err();
+    let err = err.to_string();
+    assert!(err.contains("\"store-0-1\"") && err.contains("node = 2"), "{err}");
+    let err = setup.check_member_identity(SetId(1), seqsvr_core::ids::NodeId(1)).unwrap_err();
+    assert!(err.to_string().contains("set 1"), "{err}");
+}
+
 /// Secure by default: no `[tls]` and no `--insecure` is a refusal to start, naming both ways
 /// out; `--insecure` with `[tls]` is refused as contradictory.
 #[test]
@@ -759,4 +774,130 @@ fn tls_setup_needs_both_the_section_and_the_process_identity_or_insecure() {
     assert!(err.to_string().contains("--tls-cert"), "{err}");
     assert!(setup(None, Some(cert), Some(key), false).is_err());
     assert!(setup(None, Some(cert), Some(key), true).is_err());
+}
+
+// ---- admission: stalled handshakes and connections per IP (issue 30) ----
+
+/// A server as [`serve_with`] makes one, over `incoming` through `gate`.
+async fn serve_gated(dir: &Dir, gate: Arc<tls::AcceptGate>, plaintext: bool) -> Server {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Seen::default();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let setup = (!plaintext).then(|| TlsSetup {
+        config: Arc::new(tls_config()),
+        files: dir.files(),
+        kind: STORE0,
+    });
+    let router = tonic::transport::Server::builder()
+        .layer(tls::auth_layer(setup.as_ref()))
+        .add_service(FakeStoreAdmin(seen.clone()));
+    let signal = async {
+        let _ = stopped.await;
+    };
+    if plaintext {
+        let incoming = tls::plain_incoming(listener, gate);
+        tokio::spawn(async move { router.serve_with_incoming_shutdown(incoming, signal).await });
+    } else {
+        let server = tls::ServerTls::new(dir.files(), STORE0).unwrap();
+        let incoming = tls::incoming_gated(listener, server, gate);
+        tokio::spawn(async move { router.serve_with_incoming_shutdown(incoming, signal).await });
+    }
+    Server { addr, seen, _stop: stop }
+}
+
+/// A TCP connection to `to` from the loopback address `from` (127.0.0.0/8 is all loopback on
+/// Linux): another client IP for the per-IP count.
+async fn tcp_from(from: &str, to: SocketAddr) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    socket.connect(to).await.unwrap()
+}
+
+/// Waits for `what` to hold (the server's accept loop runs on its own task); 30 s at most.
+async fn until(what: &str, cond: impl Fn() -> bool) {
+    let started = Instant::now();
+    while !cond() {
+        assert!(started.elapsed() < Duration::from_secs(30), "never: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The server closed `tcp` without a byte: EOF (or a reset) on read. Only returns once it did.
+async fn closed_by_the_server(mut tcp: tokio::net::TcpStream) {
+    use tokio::io::AsyncReadExt as _;
+    let mut byte = [0u8; 1];
+    match tcp.read(&mut byte).await {
+        Ok(0) | Err(_) => {}
+        Ok(n) => panic!("the server sent {n} bytes to a refused connection"),
+    }
+}
+
+/// Stalled handshakes (clients that connect and never send a ClientHello) hold at most
+/// `max_handshakes` slots: one more connection is closed at once — before the handshake
+/// timeout, which is what would close it otherwise — and so is a connection from an IP that has
+/// `max_connections_per_ip` open. Once the stalled ones are gone, a good client is served.
+/// Fails without the gate (the refused connections would wait out the 10 s handshake timeout,
+/// counted nowhere).
+#[tokio::test]
+async fn stalled_handshakes_and_one_ips_connections_are_bounded_and_a_good_client_still_connects() {
+    let ca = ca("cluster");
+    let dir = Dir::one_ca(&ca, &ca.server("store-0-1"));
+    let limits = tls::AcceptLimits { max_handshakes: 2, max_connections_per_ip: 2 };
+    let gate = tls::AcceptGate::new(limits);
+    let server = serve_gated(&dir, gate.clone(), false).await;
+    let one: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+
+    let stalled =
+        [tcp_from("127.0.0.1", server.addr).await, tcp_from("127.0.0.1", server.addr).await];
+    until("two handshakes in progress", || gate.handshakes_in_progress() == 2).await;
+    assert_eq!(gate.open_from(one), 2);
+
+    // Another IP, but no handshake slot: closed at once.
+    closed_by_the_server(tcp_from("127.0.0.2", server.addr).await).await;
+    assert_eq!(gate.refused(tls::Refusal::Handshakes), 1);
+    // The stalled clients' IP is at its limit: closed at once, for that.
+    closed_by_the_server(tcp_from("127.0.0.1", server.addr).await).await;
+    assert_eq!(gate.refused(tls::Refusal::PerIp), 1);
+    assert_eq!(gate.handshakes_in_progress(), 2, "the refused ones took no slot");
+
+    drop(stalled);
+    until("the stalled handshakes gone", || {
+        gate.handshakes_in_progress() == 0 && gate.open_from(one) == 0
+    })
+    .await;
+    let admin = ca.issue("admin");
+    let channel = connect(server.addr, client_tls(&ca.pem, Some(&admin))).await.unwrap();
+    unary(channel.clone(), ADMIN_STATUS).await.expect("a good client is served");
+    assert_eq!(server.seen.count(), 1);
+    assert_eq!(gate.open_from(one), 1, "a served connection counts while it is open");
+    assert_eq!(gate.handshakes_in_progress(), 0, "but holds no handshake slot");
+    drop(channel);
+    until("the served connection closed", || gate.open_from(one) == 0).await;
+}
+
+/// `--insecure` has no handshake to bound, but one IP's open connections are bounded the same
+/// way. Fails without the gate on the plaintext path (tonic's `TcpIncoming` counts nothing).
+#[tokio::test]
+async fn a_plaintext_server_bounds_one_ips_connections_too() {
+    let ca = ca("cluster");
+    let dir = Dir::one_ca(&ca, &ca.server("store-0-1"));
+    let limits = tls::AcceptLimits { max_handshakes: 1, max_connections_per_ip: 1 };
+    let gate = tls::AcceptGate::new(limits);
+    let server = serve_gated(&dir, gate.clone(), true).await;
+    let one: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+    let held = tcp_from("127.0.0.1", server.addr).await;
+    until("one open connection", || gate.open_from(one) == 1).await;
+    closed_by_the_server(tcp_from("127.0.0.1", server.addr).await).await;
+    assert_eq!(gate.refused(tls::Refusal::PerIp), 1);
+    // Another IP is served meanwhile.
+    let from_two = Endpoint::from_shared(format!("http://{}", server.addr))
+        .unwrap()
+        .local_address(Some("127.0.0.2".parse().unwrap()));
+    unary(from_two.connect().await.unwrap(), ADMIN_STATUS).await.expect("another IP is served");
+    drop(held);
+    until("the held connection closed", || gate.open_from(one) == 0).await;
+    let channel = Endpoint::from_shared(format!("http://{}", server.addr)).unwrap();
+    unary(channel.connect().await.unwrap(), ADMIN_STATUS).await.expect("served once room");
+    assert_eq!(server.seen.count(), 2);
 }

@@ -105,6 +105,11 @@ impl<R> Proposals<R> {
         self.arbiter_by_term.get(&term).copied().unwrap_or(0)
     }
 
+    /// The replies owed to every pending proposal, in index order.
+    pub fn replies(&self) -> impl Iterator<Item = &R> + '_ {
+        self.by_index.values().map(|p| &p.reply)
+    }
+
     /// Whether any pending proposal matches `pred` (e.g. a membership change).
     pub fn any(&self, pred: impl Fn(&R) -> bool) -> Option<u64> {
         self.by_index.iter().find(|(_, p)| pred(&p.reply)).map(|(&i, _)| i)

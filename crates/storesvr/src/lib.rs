@@ -147,6 +147,10 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
         max_batch_sections: config.tuning.max_batch_sections,
         request_timeout: Duration::from_millis(config.tuning.request_timeout_ms),
         max_operator_raise: config.tuning.max_operator_raise,
+        max_registrations_per_identity: config
+            .tls
+            .as_ref()
+            .map_or(usize::MAX, |t| t.config.max_registrations_per_identity as usize),
     };
     let services = [
         <StoreServiceServer<service::ServiceContext> as tonic::server::NamedService>::NAME,
@@ -292,6 +296,7 @@ fn write_created_marker(marker: &std::path::Path, set_id: seqsvr_core::ids::SetI
 /// they change), if configured.
 fn peer_tls(config: &NodeConfig) -> anyhow::Result<Option<Arc<seqsvr_tls::ReloadingClientTls>>> {
     let Some(setup) = &config.tls else { return Ok(None) };
+    setup.check_member_identity(config.set_id, config.node_id)?;
     let plane = seqsvr_tls::Plane::Peer;
     // Only members of this set may answer: the name of this set's StoreSvrs.
     let set = Some(config.set_id);

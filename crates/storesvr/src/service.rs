@@ -34,6 +34,44 @@ pub struct ServiceContext {
     pub request_timeout: Duration,
     /// `store.max_operator_raise`: most one unfenced advance may add to a section's `max_seq`.
     pub max_operator_raise: u64,
+    /// `[tls] max_registrations_per_identity`: most current registrations one `alloc` identity
+    /// may hold (no limit over plaintext, where there are no identities).
+    pub max_registrations_per_identity: usize,
+}
+
+/// The longest address an AllocSvr may register (bytes): a DNS name (at most 253) and a port
+/// fit. It is replicated into the control state, every route table and every NOT_OWNER answer.
+pub const ALLOC_ADDR_MAX_BYTES: usize = 255;
+
+/// An address an AllocSvr may register: at most [`ALLOC_ADDR_MAX_BYTES`], `host:port` with a
+/// port in 1..=65535 and a host that is an IP address (`[v6]` bracketed) or a host name
+/// (letters, digits, '-', '_', '.'), as clients will dial it.
+pub fn check_alloc_addr(addr: &str) -> Result<(), String> {
+    if addr.len() > ALLOC_ADDR_MAX_BYTES {
+        return Err(format!(
+            "alloc addr is {} bytes, more than the {ALLOC_ADDR_MAX_BYTES} an address may have \
+             (a host name and a port): register the address clients dial",
+            addr.len()
+        ));
+    }
+    if addr.parse::<std::net::SocketAddr>().is_ok_and(|a| a.port() != 0) {
+        return Ok(());
+    }
+    let not =
+        || format!("alloc addr {addr:?} is not host:port (a host name or IP and a port 1-65535)");
+    let (host, port) = addr.rsplit_once(':').ok_or_else(not)?;
+    if !matches!(port.parse::<u16>(), Ok(p) if p != 0) {
+        return Err(not());
+    }
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && !l.starts_with('-')
+            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    };
+    if host.is_empty() || !host.split('.').all(label_ok) {
+        return Err(not());
+    }
+    Ok(())
 }
 
 impl ServiceContext {
@@ -165,6 +203,12 @@ pub fn to_status(error: RequestError) -> Status {
         RequestError::AllocExpired(alloc) => Status::failed_precondition(format!(
             "alloc {alloc}'s registration expired or was replaced: stop serving and register again"
         )),
+        e @ RequestError::TooManyRegistrations { .. } => Status::resource_exhausted(format!(
+            "{e}: nothing was proposed. Stop the AllocSvrs of the old registrations (SIGTERM \
+             releases one; a dead one's is forgotten once its lease ran out and its sections \
+             moved: `seqctl leases` lists them), register again at the same address (which \
+             replaces), or raise the limit if that many AllocSvrs share this certificate"
+        )),
         RequestError::NotTheHolder(refused) => {
             tracing::warn!(target: seqsvr_tls::AUDIT_TARGET, "PERMISSION_DENIED: {refused}");
             Status::permission_denied(format!(
@@ -273,10 +317,13 @@ impl pb::store_service_server::StoreService for ServiceContext {
         let wait = self.wait_for(&request);
         let identity = seqsvr_tls::alloc_identity(&request, "an AllocSvr registration")?;
         let addr = request.into_inner().addr;
-        if seqsvr_core::config::port_of(&addr).is_none() {
-            return Err(Status::invalid_argument(format!("alloc addr {addr:?} is not host:port")));
+        if let Err(why) = check_alloc_addr(&addr) {
+            tracing::warn!(target: seqsvr_tls::AUDIT_TARGET, identity = ?identity,
+                "INVALID_ARGUMENT: registration refused: {why}");
+            return Err(Status::invalid_argument(why));
         }
-        let id = self.driver.register(addr, identity, wait).await.map_err(to_status)?;
+        let most = self.max_registrations_per_identity;
+        let id = self.driver.register(addr, identity, most, wait).await.map_err(to_status)?;
         Ok(Response::new(pb::RegisterAllocResponse {
             alloc_id: id.0,
             lease_ms: self.lease_ms,
@@ -454,6 +501,12 @@ impl pb::raft_transport_server::RaftTransport for ServiceContext {
         &self,
         request: Request<pb::RaftMessageBatch>,
     ) -> Result<Response<pb::RaftSendResponse>, Status> {
+        // Before anything of the batch is looked at: the caller must be member `from` itself.
+        if let Err(refused) = seqsvr_tls::require_own_node(&request, NodeId(request.get_ref().from))
+        {
+            metrics::counter!("seqsvr_store_raft_messages_refused_total").increment(1);
+            return Err(refused);
+        }
         let batch = request.into_inner();
         if batch.set_id != self.set_id.0 {
             return Err(Status::failed_precondition(format!(
@@ -703,6 +756,34 @@ impl pb::store_admin_server::StoreAdmin for ServiceContext {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A registered address is replicated into the control state, every route table and every
+    /// NOT_OWNER answer: bounded and well formed, refused before anything is proposed. Fails
+    /// without `check_alloc_addr` (the handler checked only that a port parses).
+    #[test]
+    fn alloc_addresses_are_bounded_and_must_be_host_port() {
+        for good in ["10.0.0.5:7201", "[::1]:7201", "alloc-0-1:7201", "seqsvr_alloc_1.svc:1"] {
+            assert_eq!(check_alloc_addr(good), Ok(()), "{good}");
+        }
+        let long = format!("{}:7201", "a".repeat(ALLOC_ADDR_MAX_BYTES));
+        let err = check_alloc_addr(&long).unwrap_err();
+        assert!(err.contains("260 bytes") && err.contains("255"), "{err}");
+        let just = format!("{}:7201", "a".repeat(ALLOC_ADDR_MAX_BYTES - 5));
+        assert_eq!(check_alloc_addr(&just), Ok(()), "exactly the most");
+        for bad in ["nope", ":7201", "host:0", "host:65536", "ho st:1", "a/b:1", "h..x:1", "-h:1"] {
+            let err = check_alloc_addr(bad).unwrap_err();
+            assert!(err.contains("not host:port"), "{bad}: {err}");
+        }
+        let status = to_status(RequestError::TooManyRegistrations {
+            identity: "alloc-0-1".into(),
+            current: 8,
+            max: 8,
+            addrs: "a:1, b:1".into(),
+        });
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        let m = status.message();
+        assert!(m.contains("\"alloc-0-1\" already holds 8") && m.contains("SIGTERM"), "{m}");
+    }
 
     #[test]
     fn not_leader_carries_the_leader_address() {

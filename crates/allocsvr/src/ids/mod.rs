@@ -219,6 +219,7 @@ mod tests {
             clock: clock.clone(),
         };
         tune(&mut config);
+        seqsvr_client::tls::use_plaintext(); // its store client is never dialled
         let shared = Shared::new(config).expect("the state");
         {
             let mut inner = shared.lock();

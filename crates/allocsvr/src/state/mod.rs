@@ -138,6 +138,9 @@ pub struct Shared {
     /// answers the batches it holds and ends, so a graceful shutdown does not wait for clients
     /// to close their streams.
     pub streams_stop: tokio::sync::watch::Sender<bool>,
+    /// Set once, with why, when this AllocSvr must not go on (its cluster file maps uids
+    /// otherwise than its set's store): the process hands back and exits with the error.
+    pub fatal: tokio::sync::watch::Sender<Option<String>>,
     /// One per `NextStream` stream open (`alloc.max_streams`): the per-connection call limit
     /// counts a stream only while it opens.
     pub stream_slots: Arc<tokio::sync::Semaphore>,
@@ -194,6 +197,7 @@ impl Shared {
             advance_cause: Mutex::new(None),
             waiting_calls: std::sync::atomic::AtomicUsize::new(0),
             streams_stop: tokio::sync::watch::Sender::new(false),
+            fatal: tokio::sync::watch::Sender::new(None),
             stream_slots: Arc::new(tokio::sync::Semaphore::new(max_streams)),
             budgets,
         }))

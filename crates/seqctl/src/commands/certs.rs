@@ -56,7 +56,7 @@ fn plan(o: &InitOptions) -> Vec<Leaf> {
                     &o.server_name,
                 ),
                 client_ca: false,
-                role: format!("{{ role = \"peer\", set = {set} }}"),
+                role: format!("{{ role = \"peer\", set = {set}, node = {id} }}"),
             });
         }
         for i in 1..=o.allocs {
@@ -256,6 +256,9 @@ mod tests {
         let tls = config.tls.unwrap();
         assert_eq!(tls.identities.len(), 2 * 3 + 2 * 2 + 2);
         assert_eq!(tls.identities["store-1-3"].set(), Some(seqsvr_core::ids::SetId(1)));
+        // Each member's certificate is bound to its node id: it may send Raft batches only as it.
+        assert_eq!(tls.identities["store-1-3"].node(), Some(seqsvr_core::ids::NodeId(3)));
+        assert_eq!(tls.identities["alloc-1-2"].node(), None);
 
         #[cfg(unix)]
         for key in ["cluster-ca.key", "client-ca.key", "store-0-1.key", "client.key"] {

@@ -109,6 +109,8 @@ pub async fn health(
             None => Plane::Store,
         }
     } else {
+        // Without an identity the check is plaintext, explicitly (a TLS server refuses it).
+        seqsvr_tls::use_plaintext();
         Plane::Store
     };
     let health = check(addr, plane, service, ctx.timeout).await;

@@ -825,6 +825,7 @@ mod tests {
             ));
         }
         let allocs = peers.iter().map(|a| (0, a.clone())).collect();
+        seqsvr_client::tls::use_plaintext(); // the fakes serve plaintext
         let load = start_id_load(allocs, schemes, 7, Instant::now());
         let recorder = load.recorder.clone();
         wait_until("30 successful id calls", WAIT_MAX, || {

@@ -97,6 +97,14 @@ pub enum RequestError {
     /// runs an older build): retryable (UNAVAILABLE), nothing was proposed.
     #[error("{0}")]
     CommandsVersion(String),
+    /// A registration refused before it was proposed: its identity already holds `current`
+    /// registrations (applied or in flight) at other addresses, the most it may.
+    #[error(
+        "identity {identity:?} already holds {current} current AllocSvr registrations at other \
+         addresses ({addrs}), the most one identity may ([tls] max_registrations_per_identity = \
+         {max})"
+    )]
+    TooManyRegistrations { identity: String, current: usize, max: usize, addrs: String },
 }
 
 /// A lease grant for one heartbeat.
@@ -274,9 +282,13 @@ pub enum Input {
         identity: Option<String>,
         reply: Reply<Advanced>,
     },
+    /// A registration by `identity` (`None` over plaintext), refused before it is proposed
+    /// when that identity already holds `max_current` current registrations at other
+    /// addresses (`[tls] max_registrations_per_identity`).
     Register {
         addr: String,
         identity: Option<String>,
+        max_current: usize,
         reply: Reply<AllocId>,
     },
     Heartbeat {
@@ -440,9 +452,10 @@ impl DriverHandle {
         &self,
         addr: String,
         identity: Option<String>,
+        max_current: usize,
         wait: Duration,
     ) -> Result<AllocId, RequestError> {
-        self.call(wait, |reply| Input::Register { addr, identity, reply }).await
+        self.call(wait, |reply| Input::Register { addr, identity, max_current, reply }).await
     }
 
     pub async fn heartbeat(

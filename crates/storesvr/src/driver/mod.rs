@@ -277,9 +277,18 @@ impl Driver {
                 let command = Command::AdvanceMaxSeq { alloc, sections };
                 self.propose(command, ProposalReply::Advance(reply));
             }
-            Input::Register { addr, identity, reply } => {
-                let command = Command::RegisterAlloc { addr, identity };
-                self.propose(command, ProposalReply::Register(reply));
+            Input::Register { addr, identity, max_current, reply } => {
+                if let Some(identity) = identity.as_deref() {
+                    if let Err(e) = self.check_registrations(identity, &addr, max_current) {
+                        tracing::warn!(target: seqsvr_tls::AUDIT_TARGET, %addr,
+                            "RESOURCE_EXHAUSTED: {e}");
+                        let _ = reply.send(Err(e));
+                        return;
+                    }
+                }
+                let command =
+                    Command::RegisterAlloc { addr: addr.clone(), identity: identity.clone() };
+                self.propose(command, ProposalReply::Register { reply, identity, addr });
             }
             Input::Move { range, to, reply } => {
                 let control = self.node.store().state().control();
@@ -533,6 +542,50 @@ impl Driver {
             ))),
             Err(e) => Err(RequestError::NotTheHolder(e)),
         }
+    }
+
+    /// May `identity` register `addr` now? Its current registrations (applied here: not
+    /// replaced, not released) and its registrations proposed but not applied yet count, by
+    /// address: one at `addr` is replaced by this one, so it does not count. At `max_current`
+    /// other addresses the registration is refused before anything is proposed (each one is
+    /// replicated into the control state and every route table). Exact on a leader that
+    /// proposed every registration in flight; across a leader change the new leader does not
+    /// see its predecessor's, so the most is passed by at most those.
+    fn check_registrations(
+        &self,
+        identity: &str,
+        addr: &str,
+        max_current: usize,
+    ) -> Result<(), RequestError> {
+        let control = self.node.store().state().control();
+        let applied = control
+            .allocs
+            .iter()
+            .filter(|&(&id, r)| control.is_current(id) && r.identity.as_deref() == Some(identity))
+            .map(|(_, r)| r.addr.as_str());
+        let in_flight = self.proposals.replies().filter_map(|r| match r {
+            ProposalReply::Register { identity: Some(i), addr, .. } if i == identity => {
+                Some(addr.as_str())
+            }
+            _ => None,
+        });
+        let others: std::collections::BTreeSet<&str> =
+            applied.chain(in_flight).filter(|&a| a != addr).collect();
+        if others.len() < max_current {
+            return Ok(());
+        }
+        // A few addresses name the culprits; the message stays short whatever the most is.
+        const SHOWN: usize = 4;
+        let mut addrs = others.iter().take(SHOWN).copied().collect::<Vec<_>>().join(", ");
+        if others.len() > SHOWN {
+            addrs.push_str(&format!(" and {} more", others.len() - SHOWN));
+        }
+        Err(RequestError::TooManyRegistrations {
+            identity: identity.to_string(),
+            current: others.len(),
+            max: max_current,
+            addrs,
+        })
     }
 
     fn propose(&mut self, command: Command, reply: ProposalReply) {

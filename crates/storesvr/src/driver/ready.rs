@@ -267,8 +267,15 @@ impl Driver {
             .filter(|(_, r)| r.read_index.is_some_and(|i| i <= applied))
             .map(|(&id, _)| id)
             .collect();
+        // Judged again at the answer, not only when the request came: a layout record may
+        // have applied while the ReadIndex was out.
+        let layout_refusal = if ready.is_empty() { None } else { self.layout_refusal() };
         for id in ready {
             let Some(read) = self.reads.remove(&id) else { continue };
+            if let Some(why) = &layout_refusal {
+                read.kind.fail(RequestError::Precondition(why.clone()));
+                continue;
+            }
             let read_index = read.read_index.unwrap_or(applied);
             let state = self.node.store().state();
             match read.kind {

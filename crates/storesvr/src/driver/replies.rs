@@ -13,7 +13,13 @@ use seqsvr_core::store::Applied;
 /// Who waits for a proposal, and what they want back.
 pub(super) enum ProposalReply {
     Advance(Reply<Advanced>),
-    Register(Reply<AllocId>),
+    /// A registration, with what it registers: in-flight ones count toward its identity's
+    /// registrations (`Driver::check_registrations`).
+    Register {
+        reply: Reply<AllocId>,
+        identity: Option<String>,
+        addr: String,
+    },
     Move(Reply<LeaseEpoch>),
     Done(Reply<()>),
     Membership(Reply<MembershipDone>),
@@ -34,7 +40,7 @@ impl ProposalReply {
                     other => Err(RequestError::Dropped(format!("unexpected result {other:?}"))),
                 }));
             }
-            ProposalReply::Register(r) => {
+            ProposalReply::Register { reply: r, .. } => {
                 let _ = r.send(result.and_then(|a| match a {
                     Applied::Registered(id) => Ok(id),
                     other => Err(RequestError::Dropped(format!("unexpected result {other:?}"))),

@@ -30,7 +30,14 @@ fn register(addr: &str) -> (Input, Answer<AllocId>) {
 fn registered_by(addr: &str, identity: Option<&str>) -> (Input, Answer<AllocId>) {
     let (reply, rx) = oneshot::channel();
     let identity = identity.map(str::to_string);
-    (Input::Register { addr: addr.to_string(), identity, reply }, rx)
+    (Input::Register { addr: addr.to_string(), identity, max_current: usize::MAX, reply }, rx)
+}
+
+/// A registration by `identity` that may hold at most `max_current` at once.
+fn registered_within(addr: &str, identity: &str, max_current: usize) -> (Input, Answer<AllocId>) {
+    let (reply, rx) = oneshot::channel();
+    let identity = Some(identity.to_string());
+    (Input::Register { addr: addr.to_string(), identity, max_current, reply }, rx)
 }
 
 fn release(alloc: AllocId, identity: Option<&str>) -> (Input, Answer<()>) {
@@ -136,6 +143,67 @@ fn only_the_registering_identity_may_release_a_registration() {
     for id in net.ids() {
         assert!(net.store(id).state().control().allocs[&a].released, "member {id}");
     }
+}
+
+/// One certificate may not add registrations without end (each is replicated into the control
+/// state and every route table): past `max_current` current ones at other addresses, the leader
+/// refuses before proposing — counting those in flight too, so a burst sent before any applied
+/// is bounded as well. One at an address it already holds replaces it and passes; a released
+/// one no longer counts; another identity has its own count. Fails without
+/// `Driver::check_registrations` (every registration would be proposed and applied).
+#[test]
+fn registrations_per_identity_are_bounded_before_anything_is_proposed() {
+    let mut net = Network::new(3);
+    net.elect(1);
+    // Two at once, neither applied yet when the third arrives: the third is refused.
+    let (input, mut a) = registered_within("alloc-a:1", "alloc-a", 2);
+    net.send(1, input);
+    let (input, mut b) = registered_within("alloc-a:2", "alloc-a", 2);
+    net.send(1, input);
+    let before = net.raft(1).raft_log.last_index();
+    let (input, mut c) = registered_within("alloc-a:3", "alloc-a", 2);
+    net.send(1, input);
+    match answer(&mut c) {
+        Err(e @ RequestError::TooManyRegistrations { .. }) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("\"alloc-a\" already holds 2")
+                    && text.contains("alloc-a:1, alloc-a:2"),
+                "{text}"
+            );
+        }
+        other => panic!("a third registration in flight: {other:?}"),
+    }
+    assert_eq!(net.raft(1).raft_log.last_index(), before, "a refused registration was proposed");
+    net.settle();
+    let (a, _b) = (answer(&mut a).expect("first"), answer(&mut b).expect("second"));
+
+    // Applied now: still two. A third address is refused; the same address replaces and passes.
+    let (input, mut c) = registered_within("alloc-a:3", "alloc-a", 2);
+    net.send(1, input);
+    assert!(matches!(answer(&mut c), Err(RequestError::TooManyRegistrations { current: 2, .. })));
+    let (input, mut again) = registered_within("alloc-a:1", "alloc-a", 2);
+    net.send(1, input);
+    net.settle();
+    let again = answer(&mut again).expect("a registration at an address it holds replaces it");
+    let control = net.store(1).state().control();
+    assert!(control.allocs[&a].replaced && control.is_current(again));
+
+    // Another identity counts for itself.
+    let (input, mut other) = registered_within("alloc-b:1", "alloc-b", 2);
+    net.send(1, input);
+    net.settle();
+    answer(&mut other).expect("another identity's first");
+
+    // A released one no longer counts.
+    let (input, mut rx) = release(again, Some("alloc-a"));
+    net.send(1, input);
+    net.settle();
+    answer(&mut rx).expect("released");
+    let (input, mut c) = registered_within("alloc-a:3", "alloc-a", 2);
+    net.send(1, input);
+    net.settle();
+    answer(&mut c).expect("room again after a release");
 }
 
 /// Proposals left on a leader that was cut off before anyone saw them: the new leader's entries
@@ -766,5 +834,28 @@ fn a_renamed_scheme_gets_no_worker_id() {
             assert!(why.contains("\"orders\"") && why.contains("recorded name"), "{why}")
         }
         other => panic!("expected the rename refused, got {other:?}"),
+    }
+}
+
+/// A read taken while this member's layout agreed is judged again when it is answered, after
+/// its ReadIndex: here the member's layout changes in between (as when the set's record applies
+/// while the read waits), and the answer is the refusal, not the values. Fails without the
+/// check in `ready.rs`'s answering of reads.
+#[test]
+fn a_read_is_refused_when_the_layout_differs_at_its_answer() {
+    use seqsvr_core::store::SetLayout;
+    let layout = SetLayout { section_size: 10, uid_begin: 0, uid_end: 1_000 };
+    let mut net = Network::with_config(3, |c| c.layout = Some(layout));
+    net.elect(1);
+    let recorded = net.tick_until(&[1], 20, |net| net.store(1).state().control().layout.is_some());
+    assert!(recorded, "the layout was never recorded");
+    let (input, mut rx) = read(0);
+    net.send(1, input);
+    assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)), "waits for its ReadIndex");
+    net.driver(1).config.layout = Some(SetLayout { section_size: 5, ..layout });
+    net.settle();
+    match answer(&mut rx) {
+        Err(RequestError::Precondition(why)) => assert!(why.contains("section_size 5"), "{why}"),
+        other => panic!("expected the refusal at the answer, got {other:?}"),
     }
 }

@@ -4,7 +4,8 @@
 //! Raft between the members, the AllocSvr's registration and advances, and clients all go over
 //! mutual TLS. Then the attacks: an application certificate cannot reach a StoreSvr at all
 //! (another CA), an `alloc` certificate may not call `StoreAdmin`, a member certificate of
-//! another set may not send Raft messages, another AllocSvr's certificate (or an admin's) may
+//! another set may not send Raft messages, nor one of this set as another member (a forged
+//! higher-term heartbeat: the receiver's term stays), another AllocSvr's certificate (or an admin's) may
 //! not heartbeat for or release the running AllocSvr's registration, a plaintext connection gets
 //! nothing — and nothing changed, and every member is still up.
 //!
@@ -291,6 +292,43 @@ async fn a_set_over_mutual_tls_serves_and_refuses_the_wrong_identities() {
         .unwrap_err();
     assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
     assert!(err.message().contains("needs role peer of set 0"), "{err:?}");
+
+    // A member may speak only for itself: with follower A's certificate, a batch that says it
+    // comes from the leader (a heartbeat of a higher term, which would depose the real leader;
+    // or, as well, forged votes and a forged commands version) is refused before it is read, and
+    // the receiver's term does not move.
+    let followers: Vec<u64> = (1..=3).filter(|&id| id != leader).collect();
+    let (a, b) = (followers[0], followers[1]);
+    let b_addr = &stores[b as usize - 1];
+    let term_before = status(b_addr, &certs).await.expect("member b answers").term;
+    let mut forged = raft::eraftpb::Message::default();
+    forged.set_msg_type(raft::eraftpb::MessageType::MsgHeartbeat);
+    (forged.from, forged.to, forged.term) = (leader, b, term_before + 5);
+    let forged = protobuf::Message::write_to_bytes(&forged).unwrap();
+    let ch = channel(b_addr, tls(&certs, "cluster-ca.pem", &format!("store-0-{a}"))).await.unwrap();
+    let err = pb::raft_transport_client::RaftTransportClient::new(ch)
+        .send(pb::RaftMessageBatch {
+            set_id: 0,
+            from: leader,
+            messages: vec![forged],
+            from_addr: stores[a as usize - 1].clone(),
+            sender_vote_blocked: false,
+            sender_commands_version: u32::MAX,
+        })
+        .await
+        .expect_err("a batch forged by another member's certificate");
+    assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+    assert!(
+        err.message().contains(&format!("\"store-0-{a}\" (role peer)"))
+            && err.message().contains(&format!("as member {leader}")),
+        "{err:?}"
+    );
+    let after = status(b_addr, &certs).await.expect("member b answers");
+    assert_eq!(
+        (after.term, after.leader_id),
+        (term_before, leader),
+        "the forged batch was stepped"
+    );
 
     // Another AllocSvr's certificate may not act for alloc-0-1's registration: a release would
     // let its sections move before its lease ends (I3), a heartbeat would keep a dead one's
