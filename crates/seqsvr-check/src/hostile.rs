@@ -8,16 +8,17 @@
 //! (127.0.0.2 and up; the good client dials from 127.0.0.1), all bounded by the phase's end:
 //!
 //! - `never-read-streams`: a few TLS connections carrying hundreds of `NextStream` streams that
-//!   send batches of `alloc.max_batch_uids` uids and never read a reply (each stream is dropped
-//!   and opened again after `request_timeout_ms` + 1 s, so streams the AllocSvr closed come back);
+//!   send batches of `alloc.max_batch_uids` uids and never read a reply; every
+//!   `request_timeout_ms` + 1 s each task opens one more and keeps the old ones (a client that
+//!   leaks streams), so the streams open grow until `alloc.max_streams` refuses more;
 //! - `idle-connections`: many connections that complete TLS and HTTP/2, ask once, then idle;
 //! - `huge-id-counts`: `NextIds` of `ids.max_count` ids (and one more than it) on every scheme,
 //!   `rongcloud` sessions included, from several tasks in a loop;
 //! - `oversized`: a `NextBatch` of `max_batch_uids + 1` uids, a `NextBatch` and a `NextStream`
 //!   batch above the AllocSvr's request size limit, a `NextIds` whose session id is 5 MiB;
 //! - `malformed`: bytes that are no protobuf, framed as gRPC, to every unary method;
-//! - `stalled-handshakes`: raw TCP connections that never send a ClientHello (opened again
-//!   when the AllocSvr closes them);
+//! - `stalled-handshakes`: raw TCP connections that never send a ClientHello, more than the
+//!   servers' cap on handshakes in progress (opened again when the AllocSvr closes them);
 //! - `registrations`: `RegisterAlloc` to the set's store with a 10 KiB address, then many
 //!   registrations from one AllocSvr identity of the test PKI (not the running AllocSvr's), and
 //!   some from the `client` identity.
@@ -501,7 +502,7 @@ async fn sample_rss(
     while !stop.load(Ordering::Relaxed) {
         tick.tick().await;
         ticks += 1;
-        if ticks % 5 == 0 {
+        if ticks.is_multiple_of(5) {
             if let Ok(samples) = crate::observe::scrape(&metrics, Duration::from_millis(500)).await
             {
                 let p = phase.load(Ordering::Relaxed);

@@ -35,8 +35,11 @@ pub const IDLE_CONNECTIONS: usize = 64;
 /// Tasks per id scheme asking for `ids.max_count` ids in a loop, over [`ID_CONNECTIONS`].
 pub const ID_TASKS_PER_SCHEME: usize = 2;
 pub const ID_CONNECTIONS: usize = 2;
-/// Raw TCP connections held open without a ClientHello.
-pub const STALLED_HANDSHAKES: usize = 256;
+/// Raw TCP connections held open without a ClientHello: 1.5 × the servers' cap on handshakes
+/// in progress (`AcceptLimits::max_handshakes`, 512).
+pub const STALLED_HANDSHAKES: usize = 768;
+/// A stalled connection the AllocSvr closed is opened again after this.
+pub const STALLED_REOPEN_PAUSE: Duration = Duration::from_millis(250);
 /// Registrations tried from [`super::HOSTILE_ALLOC_IDENTITY`] (every tenth from
 /// [`super::HOSTILE_MEMBER_IDENTITY`] instead), by [`REGISTRATION_TASKS`] tasks one after the
 /// other.
@@ -777,7 +780,7 @@ async fn one_stalled_handshake(run: Arc<Run>, attack: Arc<Attack>, addr: SocketA
                 }
                 attack.keep_max("held before the AllocSvr closed it, max ms", held);
                 attack.keep_min("held before the AllocSvr closed it, min ms", held);
-                run.pause(REFUSED_PAUSE * 5).await;
+                run.pause(STALLED_REOPEN_PAUSE).await;
             }
             () = run.sleep_until(run.until) => attack.count("still open at the end", 1),
         }
