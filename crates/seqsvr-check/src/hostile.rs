@@ -878,6 +878,7 @@ async fn scenario(cluster: &mut Cluster, cfg: &HostileConfig) -> anyhow::Result<
         max_count: cluster.config.ids.max_count,
         schemes: schemes.clone(),
         client_tls: cluster.client_tls_of(HOSTILE_CLIENT_IDENTITY),
+        connecting: tokio::sync::watch::channel(0).0,
     });
     let stores = attacks::StoreClients {
         as_alloc: cluster.store_client_as_identity(set, HOSTILE_ALLOC_IDENTITY),

@@ -79,6 +79,10 @@ pub(crate) struct Run {
     pub schemes: Vec<(String, Scheme)>,
     /// The identity hostile calls present (`None` over plaintext).
     pub client_tls: Option<ClientTls>,
+    /// Connections the chosen attacks still have to open (each `connect_from` counts one
+    /// down, done or failed): the stalled handshakes start once they are open, so the cap on
+    /// handshakes they fill does not refuse the other attacks' own connections.
+    pub connecting: tokio::sync::watch::Sender<usize>,
 }
 
 impl Run {
@@ -139,7 +143,9 @@ impl Run {
         .local_address(Some(IpAddr::V4(source)))
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true);
-        endpoint.connect().await.map_err(|e| {
+        let connected = endpoint.connect().await;
+        self.connecting.send_modify(|left| *left = left.saturating_sub(1));
+        connected.map_err(|e| {
             let mut text = e.to_string();
             let mut source = std::error::Error::source(&e);
             while let Some(s) = source {
@@ -293,7 +299,17 @@ pub(crate) fn start_all(
     stores: StoreClients,
     only: &[String],
 ) -> Vec<(Arc<Attack>, JoinHandle<()>)> {
-    let chosen = |attack: &Attack| only.is_empty() || only.iter().any(|n| n == attack.name);
+    let chosen_name = |name: &str| only.is_empty() || only.iter().any(|n| n == name);
+    let chosen = |attack: &Attack| chosen_name(attack.name);
+    let connections = [
+        ("never-read-streams", STREAM_CONNECTIONS),
+        ("idle-connections", IDLE_CONNECTIONS),
+        ("huge-id-counts", ID_CONNECTIONS),
+        ("oversized", 1),
+        ("malformed", 1),
+    ];
+    let expected = connections.iter().filter(|(name, _)| chosen_name(name)).map(|(_, n)| n).sum();
+    run.connecting.send_replace(expected);
     let mut started = Vec::new();
     let streams = Attack::new(
         "never-read-streams",
@@ -734,6 +750,11 @@ async fn stalled_handshakes(run: Arc<Run>, attack: Arc<Attack>) {
         Ok(addr) => addr,
         Err(e) => return attack.transport("connect", &e),
     };
+    let mut connecting = run.connecting.subscribe();
+    let connected = connecting.wait_for(|&left| left == 0);
+    if tokio::time::timeout(CONNECT_TIMEOUT * 2, connected).await.is_err() {
+        attack.count("started before the other attacks connected", 1);
+    }
     let mut tasks = JoinSet::new();
     for _ in 0..STALLED_HANDSHAKES {
         tasks.spawn(one_stalled_handshake(run.clone(), attack.clone(), addr));
