@@ -1063,3 +1063,54 @@ async fn scenario(cluster: &mut Cluster, cfg: &HostileConfig) -> anyhow::Result<
     }
     Ok(report)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_read_from_the_sorted_latencies() {
+        let mut log = SeriesLog::default();
+        log.latencies_us = (1..=100).rev().map(|ms| ms * 1000).collect();
+        log.errors.entry("UNAVAILABLE".into()).or_default().add("no answer");
+        let r = log.report("s", 10.0);
+        assert_eq!((r.p50_ms, r.p99_ms, r.max_ms), (50.0, 99.0, 100.0));
+        assert_eq!((r.calls, r.errors), (100, 1));
+        assert!((r.error_rate - 0.01).abs() < 1e-9 && (r.calls_per_s - 10.0).abs() < 1e-9);
+        assert_eq!(SeriesLog::default().report("empty", 1.0).p99_ms, 0.0);
+    }
+
+    /// Transport-level ends are told apart from the server's refusals by code and wording.
+    #[test]
+    fn transport_ends_are_not_refusals() {
+        assert!(is_transport(&Status::unavailable("transport error: connect: refused")));
+        assert!(is_transport(&Status::unknown("h2 protocol error: stream reset")));
+        assert!(is_transport(&Status::cancelled("Timeout expired")));
+        let shed = Status::resource_exhausted("Too many active requests for the connection");
+        assert!(!is_transport(&shed), "a refusal whatever its words");
+        assert!(!is_transport(&Status::internal("failed to decode Protobuf message: ...")));
+        assert!(!is_transport(&Status::unavailable("no lease: retry elsewhere")));
+    }
+
+    #[test]
+    fn empty_messages_are_counted_apart() {
+        let mut s = Sample::default();
+        s.add("  ");
+        s.add("first");
+        s.add("second");
+        assert_eq!((s.count, s.empty_messages, s.message.as_str()), (3, 1, "first"));
+    }
+
+    /// The bound is the baseline plus each budget, one batch per open stream and the slack.
+    #[test]
+    fn the_rss_bound_adds_the_budgets_to_the_baseline() {
+        let budgets = Budgets::of(&AllocTuning::default());
+        let b = RssBound::new(10 * 1024, &budgets, 100);
+        let per_stream = AllocTuning::default().stream_batch_bytes(10_000) as u64;
+        let margin =
+            (128 << 20) + 1_000_000 * BYTES_PER_ID_IN_FLIGHT + 100 * per_stream + RSS_SLACK_BYTES;
+        assert_eq!(b.bound_kib, 10 * 1024 + margin / 1024);
+        assert!(b.at_max_streams_kib > b.bound_kib);
+        assert!(b.formula.contains("100 streams open"), "{}", b.formula);
+    }
+}

@@ -876,3 +876,41 @@ async fn held_registrations(stores: &StoreClients, attack: &Attack) {
         attack.keep_max("longest address listed, bytes", longest as u64);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message as _;
+
+    /// Every body of the malformed attack is refused by the decoder of every message it is
+    /// sent as (else the attack would test the handlers, not the decoding).
+    #[test]
+    fn malformed_bodies_decode_as_no_request() {
+        for n in 0..8 {
+            let body = malformed_body(n);
+            assert!(pb::NextRequest::decode(body.as_slice()).is_err(), "body {n}: {body:?}");
+            assert!(pb::NextBatchRequest::decode(body.as_slice()).is_err(), "body {n}");
+            assert!(pb::CurrentRequest::decode(body.as_slice()).is_err(), "body {n}");
+            assert!(pb::GetRouteTableRequest::decode(body.as_slice()).is_err(), "body {n}");
+            assert!(pb::NextIdsRequest::decode(body.as_slice()).is_err(), "body {n}");
+            assert!(pb::DecodeIdRequest::decode(body.as_slice()).is_err(), "body {n}");
+        }
+    }
+
+    /// The oversized bodies are over the AllocSvr's request limit, the "one too many" batch is
+    /// not (it must reach the handler's own check).
+    #[test]
+    fn oversized_bodies_pass_the_limit_they_aim_at() {
+        let max_batch_uids = 10_000;
+        let limit = seqsvr_proto::seq_request_max_bytes(max_batch_uids);
+        let too_big =
+            pb::NextBatchRequest { uids: wide_uids(4 * limit / 10), ..Default::default() };
+        assert!(too_big.encoded_len() > 3 * limit);
+        let one_too_many = pb::NextBatchRequest {
+            uids: (0..max_batch_uids as u64 + 1).collect(),
+            ..Default::default()
+        };
+        assert!(one_too_many.encoded_len() < limit);
+        assert!(LONG_SESSION_ID_BYTES > 4 << 20, "above tonic's default decoding limit");
+    }
+}
