@@ -1070,8 +1070,10 @@ mod tests {
 
     #[test]
     fn percentiles_are_read_from_the_sorted_latencies() {
-        let mut log = SeriesLog::default();
-        log.latencies_us = (1..=100).rev().map(|ms| ms * 1000).collect();
+        let mut log = SeriesLog {
+            latencies_us: (1..=100).rev().map(|ms| ms * 1000).collect(),
+            ..SeriesLog::default()
+        };
         log.errors.entry("UNAVAILABLE".into()).or_default().add("no answer");
         let r = log.report("s", 10.0);
         assert_eq!((r.p50_ms, r.p99_ms, r.max_ms), (50.0, 99.0, 100.0));
