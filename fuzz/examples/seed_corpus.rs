@@ -287,6 +287,7 @@ peer_ca = "ca/peer.pem"
         from_addr: "127.0.0.1:7101".into(),
         sender_vote_blocked: false,
         sender_commands_version: 1,
+        sender_layout: None,
     };
     out.put("proto_messages", "raft-batch", &with(16, &batch.encode_to_vec()));
     out.put("proto_messages", "grpc-timeout", &with(23, b"1500m"));

@@ -75,6 +75,11 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
     );
 
     let (handle, driver_tx, driver_rx) = driver::channel();
+    let layout = seqsvr_core::store::SetLayout {
+        section_size: config.section_size,
+        uid_begin: config.uid_begin,
+        uid_end: config.uid_end,
+    };
     let peer_tls = peer_tls(&config)?;
     let transport = transport::Transport::start(
         config.set_id,
@@ -83,6 +88,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
         &config.members,
         driver::peer_reports(driver_tx),
         peer_tls,
+        Some(layout),
     )?;
     let driver = driver::Driver::new(
         storage,
@@ -102,11 +108,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()>) -> anyh
             },
             scheme_records: config.scheme_records.clone(),
             max_reserve_ahead_ms: config.max_reserve_ahead_ms,
-            layout: Some(seqsvr_core::store::SetLayout {
-                section_size: config.section_size,
-                uid_begin: config.uid_begin,
-                uid_end: config.uid_end,
-            }),
+            layout: Some(layout),
             // What the transport reports: never anything else in a StoreSvr.
             commands_version: seqsvr_core::store::COMMANDS_VERSION,
         },

@@ -541,6 +541,11 @@ impl pb::raft_transport_server::RaftTransport for ServiceContext {
                 batch.from_addr,
                 batch.sender_vote_blocked,
                 batch.sender_commands_version,
+                batch.sender_layout.map(|l| seqsvr_core::store::SetLayout {
+                    section_size: l.section_size,
+                    uid_begin: l.uid_begin,
+                    uid_end: l.uid_end,
+                }),
                 messages,
             )
             .await

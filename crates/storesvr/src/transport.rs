@@ -42,6 +42,8 @@ pub struct Transport {
     tls: Option<Arc<ReloadingClientTls>>,
     /// Told to every peer with each batch (see `RaftMessageBatch.sender_vote_blocked`).
     vote_blocked: Arc<AtomicBool>,
+    /// This member's cluster-file layout, told with each batch (`sender_layout`).
+    layout: Option<seqsvr_core::store::SetLayout>,
 }
 
 impl Transport {
@@ -54,6 +56,7 @@ impl Transport {
         peers: &[(NodeId, String)],
         report: ReportFn,
         tls: Option<Arc<ReloadingClientTls>>,
+        layout: Option<seqsvr_core::store::SetLayout>,
     ) -> Result<Transport, tonic::transport::Error> {
         let mut transport = Transport {
             set_id,
@@ -64,6 +67,7 @@ impl Transport {
             peers: HashMap::new(),
             vote_blocked: Arc::new(AtomicBool::new(false)),
             tls,
+            layout,
         };
         for (id, addr) in peers {
             transport.dial(*id, addr)?;
@@ -89,6 +93,11 @@ impl Transport {
             report: self.report.clone(),
             vote_blocked: self.vote_blocked.clone(),
             tls: self.tls.clone(),
+            layout: self.layout.map(|l| seqsvr_proto::v1::SetLayout {
+                section_size: l.section_size,
+                uid_begin: l.uid_begin,
+                uid_end: l.uid_end,
+            }),
         };
         self.runtime.spawn(peer.run(rx));
         if let Some((old, _)) = self.peers.insert(id.0, (addr.to_string(), tx)) {
@@ -158,6 +167,7 @@ struct Peer {
     report: ReportFn,
     vote_blocked: Arc<AtomicBool>,
     tls: Option<Arc<ReloadingClientTls>>,
+    layout: Option<seqsvr_proto::v1::SetLayout>,
 }
 
 type PeerClient = RaftTransportClient<tonic::transport::Channel>;
@@ -205,6 +215,7 @@ impl Peer {
                 from_addr: self.from_addr.clone(),
                 sender_vote_blocked: self.vote_blocked.load(Ordering::Relaxed),
                 sender_commands_version: seqsvr_core::store::COMMANDS_VERSION,
+                sender_layout: self.layout,
             };
             match client.send(request).await {
                 Ok(_) => {

@@ -287,6 +287,7 @@ async fn a_set_over_mutual_tls_serves_and_refuses_the_wrong_identities() {
             from_addr: other_set.clone(),
             sender_vote_blocked: false,
             sender_commands_version: 1,
+            sender_layout: None,
         })
         .await
         .unwrap_err();
@@ -314,6 +315,7 @@ async fn a_set_over_mutual_tls_serves_and_refuses_the_wrong_identities() {
             from_addr: stores[a as usize - 1].clone(),
             sender_vote_blocked: false,
             sender_commands_version: u32::MAX,
+            sender_layout: None,
         })
         .await
         .expect_err("a batch forged by another member's certificate");

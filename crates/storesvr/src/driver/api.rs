@@ -379,6 +379,8 @@ pub enum Input {
         from_addr: String,
         vote_blocked: bool,
         commands_version: u32,
+        /// The sender's cluster-file layout (`RaftMessageBatch.sender_layout`).
+        layout: Option<seqsvr_core::store::SetLayout>,
         messages: Vec<Message>,
     },
     Peer(PeerReport),
@@ -598,9 +600,10 @@ impl DriverHandle {
         from_addr: String,
         vote_blocked: bool,
         commands_version: u32,
+        layout: Option<seqsvr_core::store::SetLayout>,
         messages: Vec<Message>,
     ) -> Result<(), RequestError> {
-        let input = Input::Raft { from_addr, vote_blocked, commands_version, messages };
+        let input = Input::Raft { from_addr, vote_blocked, commands_version, layout, messages };
         self.tx.send(input).await.map_err(|_| RequestError::Stopped)
     }
 }

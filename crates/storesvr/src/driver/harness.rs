@@ -257,6 +257,7 @@ impl Network {
                     from_addr: sender.addr.clone(),
                     vote_blocked: sender.outbox.queued().vote_blocked,
                     commands_version: sender.driver.config.commands_version,
+                    layout: sender.driver.config.layout,
                     messages,
                 };
                 self.driver(to).handle(input);

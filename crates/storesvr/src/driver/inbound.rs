@@ -15,19 +15,26 @@ impl Driver {
         from_addr: &str,
         vote_blocked: bool,
         commands_version: u32,
+        layout: Option<seqsvr_core::store::SetLayout>,
         messages: Vec<Message>,
     ) {
         let now = Instant::now();
         let blocked = self.node.store().vote_blocked();
         for mut m in messages {
             self.last_heard.insert(m.from, now);
-            self.note_commands_version(&m, commands_version, now);
+            self.note_commands_version(&m, commands_version, layout, now);
             if vote_blocked {
                 self.blocked_peers.insert(m.from);
             } else {
                 self.blocked_peers.remove(&m.from);
             }
             self.learn_peer(m.from, from_addr);
+            if !peer_may_send(m.get_msg_type(), m.from, self.node.raft.leader_id) {
+                metrics::counter!("seqsvr_store_raft_messages_refused_total").increment(1);
+                tracing::warn!(from = m.from, kind = ?m.get_msg_type(),
+                    "a raft message no member of ours sends to another: dropped (a forged peer?)");
+                continue;
+            }
             if is_vote_or_campaign(m.get_msg_type())
                 && (blocked || self.only_bootstrapped_and_behind(&m))
             {
@@ -102,6 +109,22 @@ impl Driver {
         let log = &self.node.raft.raft_log;
         !Tooth::BootstrapEmptyVoter.on()
             && holds_only_bootstrap_and_candidate_is_past_it(log.last_index(), log.last_term(), m)
+    }
+}
+
+/// Whether a peer may send this kind of message. Proposals, read requests and leadership
+/// transfer requests never travel between our members (the driver proposes, reads and
+/// transfers only on the leader, and redirects elsewhere): from a peer they are a forged
+/// member's, and raft-rs would append a proposal's entries as they are (an `Assign` that gives
+/// a section two owners) or abort on an empty one. A campaign order (`MsgTimeoutNow`) comes
+/// only from the leader handing leadership over.
+fn peer_may_send(kind: MessageType, from: u64, leader: u64) -> bool {
+    match kind {
+        MessageType::MsgPropose | MessageType::MsgReadIndex | MessageType::MsgTransferLeader => {
+            false
+        }
+        MessageType::MsgTimeoutNow => from == leader,
+        _ => true,
     }
 }
 

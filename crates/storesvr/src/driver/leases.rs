@@ -93,10 +93,14 @@ impl Driver {
         if self.layout_refusal().is_some() {
             return; // its sections are not the set's: it plans nothing (logged once)
         }
+        let unrecorded = self.node.store().state().control().layout.is_none();
+        let agreed = match self.config.layout {
+            Some(ours) if unrecorded && self.commands_cover(2) => self.layout_agreed(&ours),
+            _ => false,
+        };
         let control = self.node.store().state().control();
         let record_layout = (self.config.layout)
-            .filter(|_| control.layout.is_none() && control.lease.is_some())
-            .filter(|_| self.commands_cover(2))
+            .filter(|_| agreed && control.lease.is_some())
             .map(|layout| Command::RecordLayout { layout });
         let Some(arbiter) = self.arbiter.get_mut_of_term(term) else { return };
         let mut commands = arbiter.plan(now, control, self.config.sections);
@@ -142,6 +146,26 @@ impl Driver {
             self.changed_layout_logged = true;
         }
         Some(why)
+    }
+
+    /// Whether every member lately reported `ours` as its file's layout (logged, once per
+    /// change, while one did not): the record is made only then.
+    fn layout_agreed(&mut self, ours: &SetLayout) -> bool {
+        let others = self.members_with_another_layout(ours, std::time::Instant::now());
+        if others.is_empty() {
+            return true;
+        }
+        let differing: Vec<String> =
+            (others.iter()).filter_map(|(m, l)| l.map(|l| format!("member {m}: {l}"))).collect();
+        let changed = self.layout_wait_logged.as_ref() != Some(&differing);
+        if changed && !differing.is_empty() {
+            tracing::error!(ours = %ours, ?differing,
+                "members' cluster files map uids otherwise than this leader's: the set's layout is \
+                 not recorded until every member's file agrees (fix the files; values served \
+                 under two layouts could repeat)");
+        }
+        self.layout_wait_logged = Some(differing);
+        false
     }
 
     /// The recorded scheme that `scheme` of this member's config would issue the ids of: one
@@ -266,6 +290,45 @@ impl Driver {
         } else {
             Err(RequestError::AllocExpired(alloc))
         }
+    }
+
+    /// May `alloc` take one more worker id of `scheme`? Registrations of one identity may hold
+    /// at most two per current registration of it (an AllocSvr's, and the one its previous
+    /// incarnation holds until its lease is over): re-registering at one address again and again
+    /// must not take the scheme's worker ids (weibo has 4 a set by default) from everyone else.
+    /// Counted from the applied state; acquisitions in flight are not counted.
+    pub(super) fn check_worker_share(
+        &self,
+        alloc: AllocId,
+        scheme: &str,
+    ) -> Result<(), RequestError> {
+        let control = self.node.store().state().control();
+        let Some(identity) = control.allocs.get(&alloc).and_then(|r| r.identity.as_deref()) else {
+            return Ok(()); // plaintext, or not applied here yet (then the apply refuses)
+        };
+        let of_identity = |a: &AllocId| {
+            control.allocs.get(a).is_some_and(|r| r.identity.as_deref() == Some(identity))
+        };
+        let workers = control.workers.get(scheme);
+        let held: Vec<u64> = (workers.into_iter().flatten())
+            .filter(|(_, w)| w.holder.is_some_and(|h| h != alloc && of_identity(&h)))
+            .map(|(&worker, _)| worker)
+            .collect();
+        if workers.into_iter().flatten().any(|(_, w)| w.holder == Some(alloc)) {
+            return Ok(()); // it holds one already: the acquire answers that one
+        }
+        let current =
+            (control.allocs.keys()).filter(|&&a| control.is_current(a) && of_identity(&a)).count();
+        if held.len() < 2 * current.max(1) {
+            return Ok(());
+        }
+        Err(RequestError::Precondition(format!(
+            "identity {identity:?} holds {} worker ids of scheme {scheme:?} already ({held:?}) \
+             through {current} current registration(s) and older ones whose leases have not run \
+             out: at most two per current registration; wait until the old registrations' \
+             leases end (re-registering again and again takes worker ids from other AllocSvrs)",
+            held.len()
+        )))
     }
 
     pub(super) fn leases(&self) -> Result<LeasesView, RequestError> {

@@ -93,6 +93,9 @@ pub struct Driver {
     /// `versions.rs`): the leader raises the set's version only once every member reported at
     /// least as much lately.
     peer_commands_versions: HashMap<u64, (u32, u64, Instant)>,
+    /// The cluster-file layout each peer reported with its answers to this leader (term, when),
+    /// as `peer_commands_versions`: the layout is recorded only once every member reported ours.
+    peer_layouts: HashMap<u64, (Option<SetLayout>, u64, Instant)>,
     /// The members (with what they reported) a raise was last logged as waiting for: one line
     /// per change of who is behind, not one per arbiter round.
     commands_version_wait_logged: Option<Vec<(u64, u32)>>,
@@ -116,6 +119,8 @@ pub struct Driver {
     changed_schemes_logged: std::collections::BTreeSet<String>,
     /// Whether a layout differing from the recorded one was logged (once, not every tick).
     changed_layout_logged: bool,
+    /// The members with another layout last logged while the record waits for them.
+    layout_wait_logged: Option<Vec<String>>,
     /// Time reservations refused as too far ahead since the last log line, and when that was.
     clock_refusals: u64,
     clock_refusal_logged: Option<Instant>,
@@ -161,6 +166,7 @@ impl Driver {
             last_heard: HashMap::new(),
             blocked_peers: Default::default(),
             peer_commands_versions: HashMap::new(),
+            peer_layouts: HashMap::new(),
             commands_version_wait_logged: None,
             was_leader: false,
             arbiter: TermSlot::default(),
@@ -170,6 +176,7 @@ impl Driver {
             published_leader: raft::INVALID_ID,
             changed_schemes_logged: Default::default(),
             changed_layout_logged: false,
+            layout_wait_logged: None,
             clock_refusals: 0,
             clock_refusal_logged: None,
             serving: watch::channel(Serving {
@@ -252,8 +259,8 @@ impl Driver {
             None => input,
         };
         match input {
-            Input::Raft { from_addr, vote_blocked, commands_version, messages } => {
-                self.step_messages(&from_addr, vote_blocked, commands_version, messages)
+            Input::Raft { from_addr, vote_blocked, commands_version, layout, messages } => {
+                self.step_messages(&from_addr, vote_blocked, commands_version, layout, messages)
             }
             Input::Membership { change, reply } => self.propose_membership(change, reply),
             Input::SetLease { lease, reply } => self.set_lease(lease, reply),
@@ -340,8 +347,8 @@ impl Driver {
                 };
                 // Only to a registration the arbiter still grants: one it found dead gets no
                 // lease, and its worker ids are being freed.
-                let checked = self
-                    .check_not_renamed(&scheme)
+                let checked = (self.check_not_renamed(&scheme))
+                    .and_then(|()| self.check_worker_share(alloc, &scheme))
                     .and_then(|()| self.check_may_lease_worker(alloc));
                 if let Err(e) = checked {
                     let _ = reply.send(Err(e));

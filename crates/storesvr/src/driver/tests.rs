@@ -859,3 +859,105 @@ fn a_read_is_refused_when_the_layout_differs_at_its_answer() {
         other => panic!("expected the refusal at the answer, got {other:?}"),
     }
 }
+
+/// The leader records the set's layout only once every member reported the same one with its
+/// Raft answers: a member whose file maps uids otherwise (here member 2, with a halved
+/// `section_size`) holds the record back whoever leads, so no single member's file becomes the
+/// set's. Fails without `versions.rs::members_with_another_layout` in `leases.rs::arbitrate`.
+#[test]
+fn one_member_with_another_layout_holds_the_record_back() {
+    use seqsvr_core::store::SetLayout;
+    let layout = SetLayout { section_size: 10, uid_begin: 0, uid_end: 1_000 };
+    let mut net = Network::with_config(3, |c| {
+        let halved = SetLayout { section_size: 5, ..layout };
+        c.layout = Some(if c.node_id == NodeId(2) { halved } else { layout });
+    });
+    net.elect(1);
+    let version = seqsvr_core::store::COMMANDS_VERSION;
+    let raised =
+        net.tick_until(&[1], 20, |net| net.store(1).state().control().commands_version == version);
+    assert!(raised, "the set's version was never raised");
+    for _ in 0..20 {
+        net.tick(&[1]);
+    }
+    net.settle();
+    assert_eq!(net.store(1).state().control().layout, None, "recorded a minority's file");
+    // Once member 2's file agrees (a restart with the fixed file), it is recorded.
+    net.restart_with(2, |c| c.layout = Some(layout));
+    let recorded =
+        net.tick_until(&[1], 20, |net| net.store(1).state().control().layout == Some(layout));
+    assert!(recorded, "not recorded once every member agreed");
+}
+
+/// A forged member (a peer certificate of the set) sends the leader a proposal — empty, on
+/// which raft-rs aborts, and one carrying a command — and a campaign order to a follower: no
+/// member of ours sends these, so they are dropped. Fails without `inbound.rs::peer_may_send`
+/// (the leader panics on the empty proposal, or appends the forged entry).
+#[test]
+fn proposals_and_campaign_orders_from_a_peer_are_dropped() {
+    use raft::eraftpb::{Entry, Message, MessageType};
+    let mut net = Network::new(3);
+    net.elect(1);
+    let before = net.raft(1).raft_log.last_index();
+    let forged = |kind: MessageType, to: u64, entries: Vec<Entry>| {
+        let mut m = Message::default();
+        m.set_msg_type(kind);
+        m.from = 2;
+        m.to = to;
+        m.term = net.raft(1).term;
+        m.entries = entries.into();
+        Input::Raft {
+            from_addr: "mem-2:7000".into(),
+            vote_blocked: false,
+            commands_version: seqsvr_core::store::COMMANDS_VERSION,
+            layout: None,
+            messages: vec![m],
+        }
+    };
+    let command = seqsvr_core::store::Command::RaiseCommandsVersion { version: 1 }.encode();
+    let entry = Entry { data: command.into(), ..Default::default() };
+    let empty = forged(MessageType::MsgPropose, 1, Vec::new());
+    let with_entry = forged(MessageType::MsgPropose, 1, vec![entry]);
+    let timeout_now = forged(MessageType::MsgTimeoutNow, 3, Vec::new());
+    net.send(1, empty);
+    net.send(1, with_entry);
+    net.send(3, timeout_now);
+    net.settle();
+    assert_eq!(net.raft(1).raft_log.last_index(), before, "a forged proposal was appended");
+    assert_eq!(net.role(1), StateRole::Leader, "a forged campaign order moved leadership");
+}
+
+/// Re-registering at one address again and again (each registration replaces the last, whose
+/// worker ids stay held until its lease is over) takes at most two worker ids of a scheme per
+/// current registration of the identity: the third is refused, and another identity still gets
+/// one. Fails without `leases.rs::check_worker_share`.
+#[test]
+fn re_registrations_of_one_identity_cannot_take_every_worker_id() {
+    use seqsvr_core::store::SchemeRecord;
+    let record = SchemeRecord { layout: "L1".into(), pool_begin: 0, pool_end: 4 };
+    let mut net = Network::with_config(3, |c| {
+        c.scheme_records.insert("weibo".into(), record.clone());
+    });
+    net.elect(1);
+    net.tick(&[1]);
+    net.settle();
+    let acquire = |net: &mut Network, identity: &str| {
+        let (input, mut rx) = registered_by("x:1", Some(identity));
+        net.send(1, input);
+        net.settle();
+        let alloc = answer(&mut rx).expect("registered");
+        let (reply, mut rx) = oneshot::channel();
+        let (scheme, layout) = ("weibo".to_string(), "L1".to_string());
+        let identity = Some(identity.to_string());
+        net.send(1, Input::AcquireWorker { alloc, scheme, layout, identity, reply });
+        net.settle();
+        answer(&mut rx)
+    };
+    assert!(acquire(&mut net, "alloc-a").is_ok(), "the first incarnation");
+    assert!(acquire(&mut net, "alloc-a").is_ok(), "a restart while the first still holds one");
+    match acquire(&mut net, "alloc-a") {
+        Err(RequestError::Precondition(why)) => assert!(why.contains("at most two"), "{why}"),
+        other => panic!("expected the third worker id refused, got {other:?}"),
+    }
+    assert!(acquire(&mut net, "alloc-b").is_ok(), "another identity still gets one");
+}

@@ -51,7 +51,13 @@ impl Driver {
     /// leader's appends and heartbeats of the current term only: a removed member still
     /// running (whose id may come back on another machine and build) or a stray campaign
     /// message never counts as a member's report.
-    pub(super) fn note_commands_version(&mut self, m: &Message, version: u32, now: Instant) {
+    pub(super) fn note_commands_version(
+        &mut self,
+        m: &Message,
+        version: u32,
+        layout: Option<seqsvr_core::store::SetLayout>,
+        now: Instant,
+    ) {
         let raft = &self.node.raft;
         let answer = matches!(
             m.get_msg_type(),
@@ -59,7 +65,47 @@ impl Driver {
         );
         if answer && m.term == raft.term && raft.prs().get(m.from).is_some() {
             self.peer_commands_versions.insert(m.from, (version, m.term, now));
+            self.peer_layouts.insert(m.from, (layout, m.term, now));
         }
+    }
+
+    /// Leader only: the members (voters and learners but this one) that did not lately report
+    /// `ours` as their cluster file's layout, in this term, with what they reported (`None`:
+    /// nothing lately, or a build that reports none). The set's layout is recorded only when
+    /// this is empty: one member's file must not become the set's record.
+    pub(super) fn members_with_another_layout(
+        &self,
+        ours: &seqsvr_core::store::SetLayout,
+        now: Instant,
+    ) -> Vec<(u64, Option<seqsvr_core::store::SetLayout>)> {
+        let cs = self.node.store().conf_state();
+        let mut members: Vec<u64> = cs
+            .voters
+            .iter()
+            .chain(&cs.learners)
+            .copied()
+            .filter(|&m| m != self.config.node_id.0)
+            .collect();
+        members.sort_unstable();
+        members.dedup();
+        let term = self.node.raft.term;
+        let window = self.config.tick * self.config.election_ticks as u32;
+        members
+            .into_iter()
+            .filter_map(|m| match self.peer_layouts.get(&m) {
+                Some(&(Some(reported), at_term, at))
+                    if reported == *ours && at_term == term && now.duration_since(at) < window =>
+                {
+                    None
+                }
+                Some(&(reported, at_term, at))
+                    if at_term == term && now.duration_since(at) < window =>
+                {
+                    Some((m, reported))
+                }
+                _ => Some((m, None)),
+            })
+            .collect()
     }
 
     /// Leader only, in the arbiter's round: the raise to this build's version, once every
