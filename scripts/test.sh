@@ -64,6 +64,10 @@ out=$(mktemp -d -t seqsvr-nemesis-XXXXXX)
 echo ">> nemesis histories and teeth logs in $out"
 step "nemesis 100 s (every fault kind)" "$SEQSVR_BIN/seqcheck" nemesis --seconds 100 \
   --seed "${SEQSVR_NEMESIS_SEED:-1}" --step 1000 --out "$out/main"
+# One AllocSvr under hostile clients while a good client runs (issue 30): its memory bound,
+# that it lives, the good client's error rate, every refusal's code (docs/reliability/hostile.md).
+step "hostile 24 s (one AllocSvr under hostile clients)" "$SEQSVR_BIN/seqcheck" hostile \
+  --seconds 24 --out "$out/hostile"
 
 # Teeth: one deliberately broken build (every switch compiled in, scripts/common.sh), run with
 # one switch on at a time (SEQSVR_TEETH=name), must be caught. (The normal build passing

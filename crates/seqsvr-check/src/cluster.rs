@@ -740,6 +740,20 @@ impl Cluster {
         self.proc(key).child.is_some()
     }
 
+    /// The PID of running process `key` (to read its `/proc/<pid>/status`), if it runs.
+    pub fn pid(&self, key: ProcKey) -> Option<u32> {
+        self.proc(key).child.as_ref().map(Child::id)
+    }
+
+    /// Whether process `key`, started and not stopped by the harness, exited on its own (a
+    /// crash): its exit status then, reaped; `None` while it runs (or was never started).
+    pub fn exited_on_its_own(&mut self, key: ProcKey) -> Option<std::process::ExitStatus> {
+        let child = self.proc_mut(key).child.as_mut()?;
+        let status = child.try_wait().ok().flatten()?;
+        self.proc_mut(key).child = None;
+        Some(status)
+    }
+
     pub fn log_of(&self, key: ProcKey) -> String {
         std::fs::read_to_string(&self.proc(key).log).unwrap_or_default()
     }
@@ -858,8 +872,14 @@ impl Cluster {
     /// A store client of `set` that presents the certificate of process `key` instead of the
     /// admin's (an AllocSvr's, to act for its registration); plaintext without TLS.
     pub fn store_client_as(&self, set: SetId, key: ProcKey) -> StoreClient {
-        let identity = self.config.tls.as_ref().map(|tls| {
-            let (pki, who) = (test_pki(), identity_of(key));
+        self.store_client_as_identity(set, &identity_of(key))
+    }
+
+    /// The [`test_pki`] identity `who` (a certificate's file stem: `client`, `admin`,
+    /// `alloc-0-2`, ...) when the cluster runs TLS; `None` over plaintext.
+    pub fn client_tls_of(&self, who: &str) -> Option<seqsvr_client::tls::ClientTls> {
+        self.config.tls.as_ref().map(|tls| {
+            let pki = test_pki();
             seqsvr_client::tls::ClientTls::from_files(
                 tls,
                 pki,
@@ -867,7 +887,13 @@ impl Cluster {
                 &pki.join(format!("{who}.key")),
             )
             .expect("the test PKI's identity")
-        });
+        })
+    }
+
+    /// [`Cluster::store_client_as`] for any identity of [`test_pki`] (see
+    /// [`Cluster::client_tls_of`]).
+    pub fn store_client_as_identity(&self, set: SetId, who: &str) -> StoreClient {
+        let identity = self.client_tls_of(who);
         let members: Vec<(NodeId, String)> = self
             .procs
             .iter()

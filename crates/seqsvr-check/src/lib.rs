@@ -12,10 +12,14 @@
 //!   file), with steps marked on stdin by an outside fault script (the container chaos test).
 //! - [`ids`]: `IdService.NextIds` calls as JSON lines and the checker of the id guarantees
 //!   (no id twice per scheme; one worker id's ids only grow in real time), issue 10.
+//! - [`hostile`]: `seqcheck hostile`: one AllocSvr under hostile clients (streams that never
+//!   read, the largest id counts, oversized and malformed messages, stalled handshakes, store
+//!   registrations) while a good client runs: memory, liveness, the good client's errors (issue 30).
 //! - [`lost_disk`]: the lost-disk interleaving (`DESIGN.md` §8) behind `seqcheck lost-disk`.
 
 pub mod cluster;
 pub mod history;
+pub mod hostile;
 pub mod ids;
 pub mod load;
 pub mod lost_disk;

@@ -1,10 +1,11 @@
-//! `seqcheck`: check a recorded history, run the nemesis against a fresh local cluster, or
-//! replay the lost-disk interleaving (`DESIGN.md` §8).
+//! `seqcheck`: check a recorded history, run the nemesis against a fresh local cluster, replay
+//! the lost-disk interleaving (`DESIGN.md` §8), or put one AllocSvr under hostile clients.
 //!
 //! Exit status: 0 = no violation, 1 = violations found, 2 = the run itself failed.
 
 use clap::{Parser, Subcommand};
 use seqsvr_check::history::{check, read_jsonl, Report};
+use seqsvr_check::hostile::{self, HostileConfig};
 use seqsvr_check::lost_disk::{self, LostDiskConfig};
 use seqsvr_check::nemesis::{self, FaultKind, RunConfig, ALL_FAULTS};
 use std::path::PathBuf;
@@ -92,6 +93,26 @@ enum Command {
         #[arg(long)]
         no_id_load: bool,
     },
+    /// One AllocSvr of a fresh local cluster under hostile clients (streams that never read,
+    /// the largest id counts, oversized and malformed messages, stalled TLS handshakes, store
+    /// registrations with long addresses) while a good client runs; asserts the AllocSvr's
+    /// memory bound, that it lives, the good client's error rate and every refusal's code.
+    Hostile {
+        /// Both phases: a third baseline (the good client alone), the rest hostile.
+        #[arg(long, default_value_t = 120)]
+        seconds: u64,
+        /// Where report.json, summary.md and rss.csv go.
+        #[arg(long, default_value = "data/hostile")]
+        out: PathBuf,
+        /// Keep the cluster's data and logs (always kept on a violation or failure).
+        #[arg(long)]
+        keep: bool,
+        /// Comma-separated attacks to run (default: all): never-read-streams,
+        /// idle-connections, huge-id-counts, oversized, malformed, stalled-handshakes,
+        /// registrations.
+        #[arg(long, value_delimiter = ',')]
+        attacks: Vec<String>,
+    },
     /// Replay the lost-disk interleaving with real processes: a lagging member plus a member
     /// whose data dir was wiped must not elect a leader that lost a committed max_seq.
     /// Binaries come from SEQSVR_BIN_DIR (e.g. a teeth build), else next to seqcheck.
@@ -161,6 +182,44 @@ fn lost_disk_command(cfg: LostDiskConfig) -> ExitCode {
     }
 }
 
+/// Runs `seqcheck hostile`; a panic in the harness (a wait that timed out) is "could not run".
+fn hostile_command(cfg: HostileConfig) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runtime.block_on(hostile::run(&cfg))
+    }));
+    match outcome {
+        Ok(Ok(report)) => {
+            print!("\n{}", report.summary());
+            println!("report: {}", cfg.out_dir.join("report.json").display());
+            if report.violations.is_empty() {
+                println!("hostile: 0 violations");
+                ExitCode::SUCCESS
+            } else {
+                for v in &report.violations {
+                    println!("VIOLATION {v}");
+                }
+                println!("hostile: {} violations", report.violations.len());
+                ExitCode::from(1)
+            }
+        }
+        Ok(Err(e)) => {
+            eprintln!("error: hostile run failed: {e:#}");
+            ExitCode::from(2)
+        }
+        Err(_) => {
+            eprintln!("error: hostile run failed (panicked, see above)");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -209,6 +268,9 @@ fn main() -> ExitCode {
                     ExitCode::from(2)
                 }
             }
+        }
+        Command::Hostile { seconds, out, keep, attacks } => {
+            hostile_command(HostileConfig { seconds, out_dir: out, keep, attacks })
         }
         Command::LostDisk { window_election_timeouts, no_repair, keep } => {
             lost_disk_command(LostDiskConfig { window_election_timeouts, repair: !no_repair, keep })
