@@ -50,11 +50,13 @@ async fn bad_input_is_refused_and_proposes_nothing() {
     let client = cluster.store_client();
     client.advance(&[(SectionId(1), 10)], DEADLINE).await.expect("warm-up advance");
     // The leader proposes on its own after an election (the lease timing, the commands
-    // version): counted only once they are in, so that they are not taken for bad input's.
+    // version, then the set's layout): counted only once they are in, so that they are not
+    // taken for bad input's.
     let before = wait_for("the leader's own proposals after its election to apply", || async {
         let s = cluster.status(leader).await?;
         let settled = s.lease_ms != 0
             && s.commands_version == s.build_commands_version
+            && s.recorded_layout.is_some()
             && s.applied_index == s.last_index;
         settled.then_some(s.last_index)
     })
