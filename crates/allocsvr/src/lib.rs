@@ -31,6 +31,7 @@ pub mod state;
 
 use anyhow::Context;
 use config::AllocConfig;
+use seqsvr_proto::v1::id_service_server::IdServiceServer;
 use seqsvr_proto::v1::seq_service_server::SeqServiceServer;
 use seqsvr_tls::ServeExt as _;
 use std::future::Future;
@@ -41,17 +42,32 @@ pub const SEQ_SERVICE: &str =
     <SeqServiceServer<service::SeqServer> as tonic::server::NamedService>::NAME;
 
 /// The id service's full name.
-pub const ID_SERVICE: &str = <seqsvr_proto::v1::id_service_server::IdServiceServer<ids::IdServer> as tonic::server::NamedService>::NAME;
+pub const ID_SERVICE: &str = <IdServiceServer<ids::IdServer> as tonic::server::NamedService>::NAME;
 
 /// The public service with its message size limits: requests up to
 /// [`seqsvr_proto::seq_request_max_bytes`] of `max_batch_uids` (a larger one is refused with
 /// OUT_OF_RANGE before it is decoded into memory), replies up to
 /// [`seqsvr_proto::REPLY_MAX_BYTES`].
-pub fn seq_service(shared: std::sync::Arc<state::Shared>) -> SeqServiceServer<service::SeqServer> {
+/// Its `NextBatch` replies hold their bytes of `alloc.max_stream_bytes` until the transport has
+/// taken them ([`rpc::HoldReplies`]).
+pub fn seq_service(
+    shared: std::sync::Arc<state::Shared>,
+) -> rpc::HoldReplies<SeqServiceServer<service::SeqServer>> {
     let request_max = seqsvr_proto::seq_request_max_bytes(shared.config.tuning.max_batch_uids);
-    SeqServiceServer::new(service::SeqServer { shared })
+    let service = SeqServiceServer::new(service::SeqServer { shared })
         .max_decoding_message_size(request_max)
-        .max_encoding_message_size(seqsvr_proto::REPLY_MAX_BYTES)
+        .max_encoding_message_size(seqsvr_proto::REPLY_MAX_BYTES);
+    rpc::HoldReplies(service)
+}
+
+/// The id service, replies up to [`seqsvr_proto::REPLY_MAX_BYTES`]; a `NextIds` reply holds its
+/// ids of `alloc.max_ids_in_flight` until the transport has taken it ([`rpc::HoldReplies`]).
+pub fn id_service(
+    shared: std::sync::Arc<state::Shared>,
+) -> rpc::HoldReplies<IdServiceServer<ids::IdServer>> {
+    let service = IdServiceServer::new(ids::IdServer { shared })
+        .max_encoding_message_size(seqsvr_proto::REPLY_MAX_BYTES);
+    rpc::HoldReplies(service)
 }
 
 /// Runs an AllocSvr until `shutdown` resolves (SIGTERM in the binary).
@@ -115,12 +131,7 @@ pub async fn run(config: AllocConfig, shutdown: impl Future<Output = ()>) -> any
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(seq_service(shared.clone()))
-        .add_service(
-            seqsvr_proto::v1::id_service_server::IdServiceServer::new(ids::IdServer {
-                shared: shared.clone(),
-            })
-            .max_encoding_message_size(seqsvr_proto::REPLY_MAX_BYTES),
-        )
+        .add_service(id_service(shared.clone()))
         .serve_maybe_tls(listener, tls.as_ref(), {
             let (shared, stop) = (shared.clone(), stop.clone());
             let mut fatal = shared.fatal.subscribe();

@@ -81,23 +81,31 @@ impl Outcome {
 /// The budgets that bound what calls hold (issue 30), as the `budget` label says them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Budget {
-    /// Calls waiting at once (`alloc.max_waiting_calls`): SeqService calls and id calls.
+    /// `SeqService` calls waiting at once (`alloc.max_waiting_calls`).
     WaitingCalls,
+    /// `NextIds` calls waiting at once (`alloc.max_waiting_id_calls`).
+    WaitingIdCalls,
     /// `NextStream` streams open (`alloc.max_streams`).
     Streams,
-    /// Bytes of `NextStream` batches held (`alloc.max_stream_bytes`).
+    /// Bytes of `NextStream` batches and `NextBatch` calls held (`alloc.max_stream_bytes`).
     StreamBytes,
     /// Ids held by `NextIds` calls (`alloc.max_ids_in_flight`).
     IdsInFlight,
 }
 
 impl Budget {
-    pub const ALL: [Budget; 4] =
-        [Budget::WaitingCalls, Budget::Streams, Budget::StreamBytes, Budget::IdsInFlight];
+    pub const ALL: [Budget; 5] = [
+        Budget::WaitingCalls,
+        Budget::WaitingIdCalls,
+        Budget::Streams,
+        Budget::StreamBytes,
+        Budget::IdsInFlight,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
             Budget::WaitingCalls => "waiting_calls",
+            Budget::WaitingIdCalls => "waiting_id_calls",
             Budget::Streams => "streams",
             Budget::StreamBytes => "stream_bytes",
             Budget::IdsInFlight => "ids_in_flight",
@@ -209,6 +217,7 @@ impl AllocMetrics {
     pub fn budget_limits(&self, tuning: &seqsvr_core::config::AllocTuning) {
         for (budget, limit) in [
             (Budget::WaitingCalls, tuning.max_waiting_calls),
+            (Budget::WaitingIdCalls, tuning.max_waiting_id_calls),
             (Budget::Streams, tuning.max_streams),
             (Budget::StreamBytes, tuning.max_stream_bytes),
             (Budget::IdsInFlight, tuning.max_ids_in_flight),

@@ -73,6 +73,7 @@ fn publish_budgets(shared: &Shared) {
     let streams = tuning.max_streams.saturating_sub(shared.stream_slots.available_permits());
     for (budget, in_use) in [
         (Budget::WaitingCalls, shared.waiting_calls.load(Ordering::Relaxed)),
+        (Budget::WaitingIdCalls, shared.waiting_id_calls.load(Ordering::Relaxed)),
         (Budget::Streams, streams),
         (Budget::StreamBytes, shared.budgets.stream_bytes_in_use()),
         (Budget::IdsInFlight, shared.budgets.ids_in_use()),

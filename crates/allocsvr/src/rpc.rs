@@ -2,12 +2,16 @@
 //!
 //! - [`RequestId`]: a call's request id (the caller's `x-request-id`, or one of ours);
 //! - [`call_deadline`], [`batch_deadline`]: when a call (a stream's batch) must be answered;
-//! - [`WaitSlot`]: a place among the calls waiting at once (`alloc.max_waiting_calls`);
+//! - [`WaitSlot`]: a place among the calls waiting at once (`alloc.max_waiting_calls`, and
+//!   `alloc.max_waiting_id_calls` for `NextIds`);
+//! - [`HeldUntilSent`], [`HoldReplies`]: a unary reply holds its budget until the transport
+//!   has taken it, not only until its handler returns;
 //! - [`NotOwner`]: NOT_OWNER, with the route table the client needs to go elsewhere;
 //! - [`AllocError`]: every error the AllocSvr answers, typed where it is decided (`service.rs`,
 //!   `ids/`), and [`to_status`], the one place an error becomes a `tonic::Status`: its code
 //!   and metadata here, its message the error's `Display`.
 
+use crate::metrics::Budget;
 use crate::state::Shared;
 use seqsvr_core::alloc::SeqError;
 use seqsvr_core::ids::{SectionId, SetId};
@@ -73,26 +77,46 @@ pub fn batch_deadline(timeout_ms: u64, request_timeout_ms: u64) -> Instant {
 }
 
 /// A place among the calls waiting at once, given back when the call stops waiting (answered,
-/// timed out, or dropped by its caller). With `alloc.max_waiting_calls` taken, a call that would
+/// timed out, or dropped by its caller). With every place of its pool taken, a call that would
 /// wait is refused at once: RESOURCE_EXHAUSTED, not one more task and request in memory. Every
-/// public call that waits takes one: `SeqService` calls (for an advance, a load, a hand-over or
-/// a lease) and `NextIds` calls (for the clock, a worker id, a time reservation in the store).
+/// public call that waits takes one, from one of two pools, so id calls waiting for the clock
+/// never take the places of sequence calls: `SeqService` calls (for an advance, a load, a
+/// hand-over or a lease) from `alloc.max_waiting_calls` ([`WaitSlot::take`]), `NextIds` calls
+/// (for the clock, a worker id, a time reservation in the store) from
+/// `alloc.max_waiting_id_calls` ([`WaitSlot::take_for_ids`]).
 pub struct WaitSlot<'a> {
     waiting: &'a std::sync::atomic::AtomicUsize,
 }
 
 impl<'a> WaitSlot<'a> {
+    /// A place for a `SeqService` call (`alloc.max_waiting_calls`).
     pub fn take(shared: &'a Shared) -> Result<WaitSlot<'a>, AllocError> {
-        use std::sync::atomic::Ordering;
         let max = shared.config.tuning.max_waiting_calls;
-        let taken = shared
-            .waiting_calls
+        Self::take_from(shared, &shared.waiting_calls, max, Budget::WaitingCalls)
+            .map_err(|()| AllocError::Saturated { max })
+    }
+
+    /// A place for a `NextIds` call (`alloc.max_waiting_id_calls`).
+    pub fn take_for_ids(shared: &'a Shared) -> Result<WaitSlot<'a>, AllocError> {
+        let max = shared.config.tuning.max_waiting_id_calls;
+        Self::take_from(shared, &shared.waiting_id_calls, max, Budget::WaitingIdCalls)
+            .map_err(|()| AllocError::IdsSaturated { max })
+    }
+
+    fn take_from(
+        shared: &Shared,
+        waiting: &'a std::sync::atomic::AtomicUsize,
+        max: usize,
+        budget: Budget,
+    ) -> Result<WaitSlot<'a>, ()> {
+        use std::sync::atomic::Ordering;
+        let taken = waiting
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1));
         match taken {
-            Ok(_) => Ok(WaitSlot { waiting: &shared.waiting_calls }),
+            Ok(_) => Ok(WaitSlot { waiting }),
             Err(_) => {
-                shared.metrics.budget(crate::metrics::Budget::WaitingCalls).full.increment(1);
-                Err(AllocError::Saturated { max })
+                shared.metrics.budget(budget).full.increment(1);
+                Err(())
             }
         }
     }
@@ -101,6 +125,133 @@ impl<'a> WaitSlot<'a> {
 impl Drop for WaitSlot<'_> {
     fn drop(&mut self) {
         self.waiting.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// What a unary reply holds of a budget (the ids of a `NextIds` call, the bytes of a
+/// `NextBatch` call) until the transport has taken all of it, not only until the handler
+/// returns: a client that reads no replies would otherwise park up to a connection's stream
+/// limit of them, counted nowhere. The handler puts it in the `tonic::Response`'s extensions;
+/// [`HoldReplies`] moves it into the reply's body, which the transport drops once it has
+/// taken the last byte (or the client reset the call, or its connection closed).
+#[derive(Clone)]
+pub struct HeldUntilSent {
+    /// Given back when the last clone is dropped.
+    _held: std::sync::Arc<dyn std::any::Any + Send + Sync>,
+}
+
+impl HeldUntilSent {
+    pub fn new(held: impl std::any::Any + Send + Sync) -> HeldUntilSent {
+        HeldUntilSent { _held: std::sync::Arc::new(held) }
+    }
+
+    /// `response` holding `held` until it is sent (once served through [`HoldReplies`]).
+    pub fn on<T>(
+        mut response: tonic::Response<T>,
+        held: Option<HeldUntilSent>,
+    ) -> tonic::Response<T> {
+        if let Some(held) = held {
+            response.extensions_mut().insert(held);
+        }
+        response
+    }
+}
+
+/// A service (`IdService`, `SeqService`) whose replies hold their [`HeldUntilSent`] until the
+/// transport has taken them. Such a body is handed to the transport in pieces of at most
+/// [`HELD_PIECE_BYTES`]: the transport asks for the next piece only once the client's HTTP/2
+/// window has room for the last, so what a client that reads nothing parks beyond its window
+/// is a piece per call, and the rest stays counted.
+#[derive(Clone)]
+pub struct HoldReplies<S>(pub S);
+
+/// The most of a held reply the transport takes at once (one HTTP/2 DATA frame by default).
+pub const HELD_PIECE_BYTES: usize = 16 * 1024;
+
+impl<S: tonic::server::NamedService> tonic::server::NamedService for HoldReplies<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+type HttpResponse = tonic::codegen::http::Response<tonic::body::Body>;
+
+impl<S, B> tonic::codegen::Service<tonic::codegen::http::Request<B>> for HoldReplies<S>
+where
+    S: tonic::codegen::Service<tonic::codegen::http::Request<B>, Response = HttpResponse>,
+    S::Future: Send + 'static,
+{
+    type Response = HttpResponse;
+    type Error = S::Error;
+    type Future = tonic::codegen::BoxFuture<HttpResponse, S::Error>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: tonic::codegen::http::Request<B>) -> Self::Future {
+        let reply = self.0.call(request);
+        Box::pin(async move {
+            let mut response = reply.await?;
+            Ok(match response.extensions_mut().remove::<HeldUntilSent>() {
+                None => response,
+                Some(held) => response.map(|body| {
+                    let body = HeldBody { body, piece: None, _held: held };
+                    tonic::body::Body::new(body)
+                }),
+            })
+        })
+    }
+}
+
+/// A reply's body holding its [`HeldUntilSent`] until it is dropped, yielding its data in
+/// pieces of at most [`HELD_PIECE_BYTES`].
+struct HeldBody {
+    body: tonic::body::Body,
+    /// The rest of the data frame read last.
+    piece: Option<tonic::codegen::Bytes>,
+    _held: HeldUntilSent,
+}
+
+impl tonic::codegen::Body for HeldBody {
+    type Data = tonic::codegen::Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Status>>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        let mut data = match this.piece.take() {
+            Some(rest) => rest,
+            None => match std::pin::Pin::new(&mut this.body).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => data,
+                    Err(frame) => return Poll::Ready(Some(Ok(frame))),
+                },
+                other => return other,
+            },
+        };
+        if data.len() > HELD_PIECE_BYTES {
+            this.piece = Some(data.split_off(HELD_PIECE_BYTES));
+        }
+        Poll::Ready(Some(Ok(http_body::Frame::data(data))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.piece.is_none() && self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        let mut hint = self.body.size_hint();
+        let rest = self.piece.as_ref().map_or(0, |p| p.len() as u64);
+        hint.set_lower(hint.lower().saturating_add(rest));
+        if let Some(upper) = hint.upper() {
+            hint.set_upper(upper.saturating_add(rest));
+        }
+        hint
     }
 }
 
@@ -155,18 +306,29 @@ pub enum AllocError {
     #[error("this AllocSvr is not registered with its store yet")]
     NotRegistered,
     #[error(
-        "this AllocSvr is saturated: {max} calls already wait (for an advance, a load, a \
-         hand-over, the clock or an id reservation in the store; alloc.max_waiting_calls); back \
-         off before retrying, spread the load, or raise alloc.step (ids.max_ahead_ms for ids) so \
-         fewer calls wait"
+        "this AllocSvr is saturated: {max} SeqService calls already wait (for an advance, a \
+         load, a hand-over or a lease; alloc.max_waiting_calls); back off before retrying, \
+         spread the load, or raise alloc.step so fewer calls wait"
     )]
     Saturated { max: usize },
+    #[error(
+        "this AllocSvr is saturated: {max} NextIds calls already wait (for the clock, a worker \
+         id or an id reservation in the store; alloc.max_waiting_id_calls); back off before \
+         retrying, spread the load, or raise ids.max_ahead_ms so fewer calls wait"
+    )]
+    IdsSaturated { max: usize },
     #[error(
         "this AllocSvr holds {max} bytes of NextStream batches already (alloc.max_stream_bytes) \
          and found no room for this batch before its deadline: back off, spread the load over \
          more AllocSvrs, or raise the limit"
     )]
     StreamBytesFull { max: usize },
+    #[error(
+        "this AllocSvr holds {in_use} of its {max} bytes of batches whose replies are not sent \
+         yet (alloc.max_stream_bytes): a NextBatch of {bytes} bytes does not fit now; back off \
+         before retrying, read replies as they come, or send smaller batches"
+    )]
+    BatchBytesFull { bytes: usize, in_use: usize, max: usize },
     #[error(
         "this NextStream stream holds {max} bytes of batches whose replies its client has not \
          read (alloc.max_bytes_per_stream): read the replies before sending more"
@@ -373,7 +535,9 @@ impl AllocError {
             | E::WorkerRefused { .. }
             | E::SessionsRefused { .. } => Code::FailedPrecondition,
             E::Saturated { .. }
+            | E::IdsSaturated { .. }
             | E::StreamBytesFull { .. }
+            | E::BatchBytesFull { .. }
             | E::StreamFull { .. }
             | E::IdsInFlight { .. }
             | E::TooManyStreams { .. }
@@ -465,5 +629,63 @@ mod tests {
             (status.code(), status.message()),
             (Code::ResourceExhausted, "no worker id free")
         );
+    }
+}
+
+/// What the tests of the services share: a client that reads nothing, and waiting on a
+/// condition.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::time::Duration;
+    use tokio::time::Instant;
+    use tonic::transport::Channel;
+
+    /// A channel to `url` whose HTTP/2 windows (stream and connection) are 64 KiB: the replies
+    /// it does not read soon stop the transport from taking more.
+    pub async fn silent_channel(url: &str) -> Channel {
+        tonic::transport::Endpoint::from_shared(url.to_string())
+            .expect("a URL")
+            .initial_stream_window_size(65_535)
+            .initial_connection_window_size(65_535)
+            .connect()
+            .await
+            .expect("connected")
+    }
+
+    /// Calls the unary method at `path` on `channel` and answers once its reply's headers
+    /// arrived (so its handler has returned), the reply's body unread.
+    pub async fn call_unread<Req, Reply>(
+        channel: Channel,
+        path: &str,
+        request: Req,
+    ) -> tonic::Streaming<Reply>
+    where
+        Req: prost::Message + Send + Sync + 'static,
+        Reply: prost::Message + Default + Send + Sync + 'static,
+    {
+        let mut grpc = tonic::client::Grpc::new(channel);
+        grpc.ready().await.expect("ready");
+        let path = path.parse().expect("a path");
+        let codec = tonic_prost::ProstCodec::<Req, Reply>::default();
+        let request = tonic::Request::new(request);
+        grpc.server_streaming(request, path, codec).await.expect("answered").into_inner()
+    }
+
+    /// Waits (a hang guard, not a timing) until `done` holds.
+    pub async fn until(what: &str, done: impl Fn() -> bool) {
+        let guard = Instant::now() + Duration::from_secs(20);
+        while !done() {
+            assert!(Instant::now() < guard, "never: {what}");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Serves `router` on a local port; answers its URL.
+    pub async fn serve(router: tonic::transport::server::Router) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
+        let addr = listener.local_addr().expect("an address");
+        let incoming = tonic::transport::server::TcpIncoming::from(listener);
+        tokio::spawn(router.serve_with_incoming(incoming));
+        format!("http://{addr}")
     }
 }

@@ -7,7 +7,8 @@
 
 use crate::metrics::Rpc;
 use crate::rpc::{
-    batch_deadline, call_deadline, to_status, AllocError, NotOwner, RequestId, WaitSlot,
+    batch_deadline, call_deadline, to_status, AllocError, HeldUntilSent, NotOwner, RequestId,
+    WaitSlot,
 };
 use crate::state::{Inner, Shared};
 use seqsvr_core::alloc::SeqError;
@@ -169,35 +170,147 @@ impl SeqServer {
 /// Batches one `NextStream` stream serves at once. A batch waits only while this AllocSvr's
 /// lease is being renewed (a uid it cannot serve now is answered 0 at once); the others are
 /// answered at once. With this many in hand the stream reads no further, so a client that sends
-/// faster is held back by HTTP/2 flow control, not by memory here. The replies channel holds as
+/// faster is held back by HTTP/2 flow control, not by memory here. The replies queue holds as
 /// many again.
 const STREAM_BATCHES_IN_HAND: usize = 16;
 
 /// A batch's place in the stream budgets, from when it was read until the transport takes its
-/// reply: `alloc.max_bytes_per_stream` of its stream and `alloc.max_stream_bytes` of all
-/// ([`seqsvr_core::config::AllocTuning::stream_batch_bytes`] of them). Given back when dropped.
+/// reply (or the stream ends): `alloc.max_bytes_per_stream` of its stream and
+/// `alloc.max_stream_bytes` of all ([`seqsvr_core::config::AllocTuning::stream_batch_bytes`]
+/// of them, and the route table its reply carries). Given back when dropped.
 pub struct StreamCharge {
     _own: tokio::sync::OwnedSemaphorePermit,
     _all: tokio::sync::OwnedSemaphorePermit,
 }
 
-/// What a stream's replies channel carries: a reply and the charge its batch holds.
-type Outgoing = (Result<pb::NextStreamReply, Status>, Option<StreamCharge>);
+/// The replies of one `NextStream` between its serving task and the transport: the task puts
+/// them in (at most [`STREAM_BATCHES_IN_HAND`]), the transport takes them ([`StreamReplies`]),
+/// each one's charge given back as it is taken. What is queued belongs to the task: when it
+/// ends, however it ends, the replies still queued are dropped with their charges, so a stream
+/// whose client reads nothing holds nothing once it has ended (the transport keeps only the
+/// stream's HTTP/2 state until the client resets it or closes its connection).
+#[derive(Default)]
+struct ReplyQueue {
+    state: std::sync::Mutex<Queued>,
+    /// Woken when the transport takes a reply, or drops the stream.
+    taken: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct Queued {
+    replies: std::collections::VecDeque<(pb::NextStreamReply, Option<StreamCharge>)>,
+    /// Since when the reply at the front has waited to be taken: since it was queued, or since
+    /// the transport took the one before it, whichever came later.
+    front_since: Option<Instant>,
+    /// No more replies come: after the queued ones the stream ends, with `last` if any.
+    ended: bool,
+    last: Option<Status>,
+    /// The transport's task, waiting for a reply.
+    reader: Option<std::task::Waker>,
+    /// The transport dropped the stream (the client reset it, or its connection closed).
+    reader_gone: bool,
+}
+
+impl ReplyQueue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queued> {
+        // Every change under it is complete before it is let go.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn push(&self, reply: pb::NextStreamReply, charge: Option<StreamCharge>) {
+        let mut queued = self.lock();
+        if queued.replies.is_empty() {
+            queued.front_since = Some(Instant::now());
+        }
+        queued.replies.push_back((reply, charge));
+        let reader = queued.reader.take();
+        drop(queued);
+        if let Some(reader) = reader {
+            reader.wake();
+        }
+    }
+
+    /// Replies queued, when the front one will have waited `limit` (none queued: None), and
+    /// whether the transport dropped the stream.
+    fn look(&self, limit: Duration) -> (usize, Option<Instant>, bool) {
+        let queued = self.lock();
+        (queued.replies.len(), queued.front_since.map(|t| t + limit), queued.reader_gone)
+    }
+
+    /// No more replies: the stream ends after the queued ones (with `last`, unless an end was
+    /// given before), or at once with `drop_queued` (the queued replies and their charges are
+    /// dropped now).
+    fn end(&self, last: Option<Status>, drop_queued: bool) {
+        let mut queued = self.lock();
+        let dropped = if drop_queued {
+            queued.front_since = None;
+            std::mem::take(&mut queued.replies)
+        } else {
+            Default::default()
+        };
+        if !queued.ended {
+            (queued.ended, queued.last) = (true, last);
+        }
+        let reader = queued.reader.take();
+        drop(queued);
+        drop(dropped);
+        if let Some(reader) = reader {
+            reader.wake();
+        }
+    }
+}
+
+/// Ends its stream's replies when the serving task ends, however it ends (returned, panicked,
+/// or the runtime stopped): the replies still queued are dropped.
+struct EndsStream(Arc<ReplyQueue>);
+
+impl Drop for EndsStream {
+    fn drop(&mut self) {
+        self.0.end(None, true);
+    }
+}
 
 /// The replies of one `NextStream` as tonic takes them to the transport: each one's charge is
-/// given back as it is taken.
+/// given back as it is taken; dropped (the client is gone), the replies still queued go too.
 pub struct StreamReplies {
-    replies: tokio::sync::mpsc::Receiver<Outgoing>,
+    queue: Arc<ReplyQueue>,
 }
 
 impl futures::Stream for StreamReplies {
     type Item = Result<pb::NextStreamReply, Status>;
 
     fn poll_next(
-        mut self: std::pin::Pin<&mut Self>,
+        self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Self::Item>> {
-        self.replies.poll_recv(cx).map(|next| next.map(|(reply, _charge)| reply))
+        use std::task::Poll;
+        let mut queued = self.queue.lock();
+        if let Some((reply, charge)) = queued.replies.pop_front() {
+            queued.front_since = (!queued.replies.is_empty()).then(Instant::now);
+            drop(queued);
+            drop(charge);
+            self.queue.taken.notify_one();
+            return Poll::Ready(Some(Ok(reply)));
+        }
+        if queued.ended {
+            return Poll::Ready(queued.last.take().map(Err));
+        }
+        if !queued.reader.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            queued.reader = Some(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for StreamReplies {
+    fn drop(&mut self) {
+        let dropped = {
+            let mut queued = self.queue.lock();
+            queued.reader_gone = true;
+            std::mem::take(&mut queued.replies)
+        };
+        drop(dropped);
+        self.queue.taken.notify_one();
     }
 }
 
@@ -254,23 +367,25 @@ impl StreamBudgets {
 
 impl SeqServer {
     /// Serves one `NextStream` until the client closes its side, the stream breaks, or this
-    /// AllocSvr stops serving (then the batches in hand are answered, and the stream ends). A
-    /// client that reads no replies for `request_timeout_ms` while some wait for it loses the
-    /// stream (and the batches in hand), so it cannot pin them, or the waiting places they
-    /// hold, for ever. `_slot` is its place among `alloc.max_streams`.
+    /// AllocSvr stops serving (then the batches in hand are answered, and the stream ends once
+    /// their replies are taken). A stream whose client takes no reply for `request_timeout_ms`
+    /// while one waits for it ends at once with RESOURCE_EXHAUSTED, whatever it has in hand: its
+    /// queued replies and their charges are dropped, so it cannot pin them, or the waiting
+    /// places they hold, for ever. `_slot` is its place among `alloc.max_streams`.
     ///
     /// Memory: each batch read holds its bytes of this stream's `alloc.max_bytes_per_stream`
-    /// and of every stream's `alloc.max_stream_bytes` until the transport takes its reply.
-    /// When either has no room the stream reads nothing more (HTTP/2 flow control then holds
-    /// the client back) until it has, or until the batch read last passes its deadline (it is
-    /// answered RESOURCE_EXHAUSTED).
+    /// and of every stream's `alloc.max_stream_bytes` until the transport takes its reply or
+    /// the stream ends. When either has no room the stream reads nothing more (HTTP/2 flow
+    /// control then holds the client back) until it has, or until the batch read last passes
+    /// its deadline (it is answered RESOURCE_EXHAUSTED).
     async fn serve_stream(
         self,
         mut incoming: tonic::Streaming<pb::NextStreamRequest>,
-        replies: tokio::sync::mpsc::Sender<Outgoing>,
+        queue: Arc<ReplyQueue>,
         _slot: tokio::sync::OwnedSemaphorePermit,
     ) {
         use futures::StreamExt as _;
+        let _ends = EndsStream(queue.clone());
         let tuning = &self.shared.config.tuning;
         let stall_limit = Duration::from_millis(tuning.request_timeout_ms);
         let budgets = StreamBudgets {
@@ -284,31 +399,56 @@ impl SeqServer {
             let _ = stop.wait_for(|&stopped| stopped).await;
         };
         tokio::pin!(stopped);
+        // Wakes the task when the reply at the front may have waited too long (armed at most
+        // once per `stall_limit` while replies wait; looked at again when it fires).
+        let mut stall_timer = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
+        let mut armed: Option<Instant> = None;
         let mut serving = futures::stream::FuturesUnordered::new();
         let mut held: Option<Held> = None;
         let mut reading = true;
         let mut broke = None;
         loop {
-            // Only this task sends, so with room a send cannot block (or fail but for a client
-            // that is gone).
-            let room = replies.capacity() > 0;
+            let (queued, stall_at, reader_gone) = queue.look(stall_limit);
+            if reader_gone {
+                return; // the client is gone
+            }
+            if let Some(at) = stall_at {
+                if at <= Instant::now() {
+                    let waited_ms = stall_limit.as_millis() as u64;
+                    tracing::info!(
+                        replies = queued,
+                        batches = serving.len(),
+                        waited_ms,
+                        "a NextStream client took no reply for alloc.request_timeout_ms: its \
+                         stream ends, and the replies it did not take are dropped"
+                    );
+                    queue.end(
+                        Some(Status::resource_exhausted(format!(
+                            "this NextStream's client took no reply for {waited_ms} ms \
+                         (alloc.request_timeout_ms) while {queued} waited: the stream ended and \
+                         those replies were dropped; read replies as they arrive, or send fewer \
+                         batches at once"
+                        ))),
+                        true,
+                    );
+                    return;
+                }
+                if armed.is_none_or(|a| at < a) {
+                    stall_timer.as_mut().reset(at);
+                    armed = Some(at);
+                }
+            }
+            if !reading && held.is_none() && serving.is_empty() && queued == 0 {
+                break;
+            }
+            // Only this task puts replies in, so with room a reply always fits.
+            let room = queued < STREAM_BATCHES_IN_HAND;
             tokio::select! {
                 biased;
+                () = &mut stall_timer, if armed.is_some() => armed = None,
                 Some((reply, charge)) = serving.next(), if room && !serving.is_empty() => {
-                    if replies.try_send((Ok(reply), charge)).is_err() {
-                        return; // the client is gone
-                    }
+                    queue.push(reply, charge);
                 }
-                made = tokio::time::timeout(stall_limit, replies.reserve()),
-                    if !room && !serving.is_empty() => match made {
-                    Ok(Ok(_room)) => {} // given back at once: the next look finds it
-                    Ok(Err(_)) => return,
-                    Err(_) => {
-                        tracing::info!(batches = serving.len(), waited_ms = stall_limit.as_millis() as u64,
-                            "a NextStream client reads no replies: its stream ends");
-                        return;
-                    }
-                },
                 _ = &mut stopped, if reading => reading = false,
                 charged = async { held.as_mut().expect("guarded").charge.as_mut().await },
                     if held.is_some() => {
@@ -321,9 +461,11 @@ impl SeqServer {
                         Ok(Some(batch)) => {
                             let timeout_ms = tuning.request_timeout_ms;
                             let deadline = batch_deadline(batch.timeout_ms, timeout_ms);
-                            // A batch over max_batch_uids (refused unserved) counts as the
-                            // most one stream may hold (validated to fit a u32).
-                            let bytes = tuning.stream_batch_bytes(batch.uids.len());
+                            // A batch over max_batch_uids (refused unserved), or with a route
+                            // table bigger than that, counts as the most one stream may hold
+                            // (validated to fit a u32).
+                            let bytes = tuning.stream_batch_bytes(batch.uids.len())
+                                + self.route_table_bytes(batch.route_version);
                             let bytes = bytes.min(tuning.max_bytes_per_stream) as u32;
                             match budgets.try_charge(bytes) {
                                 Some(charge) => {
@@ -347,11 +489,44 @@ impl SeqServer {
                         }
                     }
                 }
-                else => break,
+                () = queue.taken.notified() => {} // room, or the front reply was taken
             }
         }
-        if let Some(status) = broke {
-            let _ = tokio::time::timeout(stall_limit, replies.send((Err(status), None))).await;
+        queue.end(broke, false);
+    }
+
+    /// The bytes of the route table a reply to a client at `route_version` carries: ours, when
+    /// theirs is older (as `attempt` decides), else none.
+    fn route_table_bytes(&self, route_version: u64) -> usize {
+        let inner = self.shared.lock();
+        if route_version < inner.route.version {
+            prost::Message::encoded_len(&inner.route)
+        } else {
+            0
+        }
+    }
+
+    /// A `NextBatch` call's place in `alloc.max_stream_bytes` (its uids and the route table its
+    /// reply may carry), held until the transport has taken the reply; RESOURCE_EXHAUSTED at
+    /// once without room (a call waiting for it would hold its request and a task).
+    fn batch_charge(&self, uids: usize, route_version: u64) -> Result<HeldUntilSent, AllocError> {
+        let tuning = &self.shared.config.tuning;
+        let bytes = tuning.stream_batch_bytes(uids) + self.route_table_bytes(route_version);
+        let bytes = bytes.min(tuning.max_bytes_per_stream);
+        let budgets = &self.shared.budgets;
+        match budgets.stream_bytes.clone().try_acquire_many_owned(bytes as u32) {
+            Ok(charge) => Ok(HeldUntilSent::new(charge)),
+            Err(_) => {
+                self.shared.metrics.budget(crate::metrics::Budget::StreamBytes).full.increment(1);
+                let (in_use, max) = (budgets.stream_bytes_in_use(), budgets.max_stream_bytes);
+                tracing::debug!(
+                    bytes,
+                    in_use,
+                    max,
+                    "NextBatch refused: alloc.max_stream_bytes reached"
+                );
+                Err(AllocError::BatchBytesFull { bytes, in_use, max })
+            }
         }
     }
 
@@ -471,6 +646,7 @@ impl pb::seq_service_server::SeqService for SeqServer {
             let deadline = self.deadline(&request);
             let r = request.into_inner();
             self.check_uids(&r.uids)?;
+            let charge = self.batch_charge(r.uids.len(), r.route_version)?;
             self.shared.metrics.batch(r.uids.len());
             let (seqs, route_table) = if r.independent {
                 self.serve(deadline, r.route_version, &mut waited, &id, |inner| {
@@ -483,7 +659,8 @@ impl pb::seq_service_server::SeqService for SeqServer {
                 })
                 .await?
             };
-            Ok(Response::new(pb::NextBatchResponse { seqs, route_table }))
+            let reply = Response::new(pb::NextBatchResponse { seqs, route_table });
+            Ok(HeldUntilSent::on(reply, Some(charge)))
         }
         .instrument(span)
         .await
@@ -531,9 +708,9 @@ impl pb::seq_service_server::SeqService for SeqServer {
             self.shared.metrics.budget(crate::metrics::Budget::Streams).full.increment(1);
             to_status(AllocError::TooManyStreams { max: self.shared.config.tuning.max_streams })
         })?;
-        let (replies, out) = tokio::sync::mpsc::channel(STREAM_BATCHES_IN_HAND);
-        tokio::spawn(self.clone().serve_stream(request.into_inner(), replies, slot));
-        Ok(Response::new(StreamReplies { replies: out }))
+        let queue = Arc::new(ReplyQueue::default());
+        tokio::spawn(self.clone().serve_stream(request.into_inner(), queue.clone(), slot));
+        Ok(Response::new(StreamReplies { queue }))
     }
 
     async fn get_route_table(
@@ -763,6 +940,197 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// `s` served as `allocsvr` serves it (`seq_service`, the connection limits) on a local
+    /// port: its URL.
+    async fn serve_url(s: &SeqServer) -> String {
+        let limits = seqsvr_server::grpc::ConnectionLimits::SERVER;
+        let router = limits
+            .apply(tonic::transport::Server::builder())
+            .add_service(crate::seq_service(s.shared.clone()));
+        crate::rpc::test_support::serve(router).await
+    }
+
+    /// A `NextStream` on `channel` that has sent `batches` (the sender kept, so the client's
+    /// side stays open), its replies unread.
+    async fn unread_stream(
+        channel: &tonic::transport::Channel,
+        batches: Vec<pb::NextStreamRequest>,
+    ) -> (tokio::sync::mpsc::Sender<pb::NextStreamRequest>, tonic::Streaming<pb::NextStreamReply>)
+    {
+        let (requests, outgoing) = tokio::sync::mpsc::channel(batches.len().max(1));
+        for b in batches {
+            requests.try_send(b).expect("room for every batch");
+        }
+        let replies = pb::seq_service_client::SeqServiceClient::new(channel.clone())
+            .next_stream(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+            .await
+            .expect("a stream")
+            .into_inner();
+        (requests, replies)
+    }
+
+    /// Red-team H1: a `NextStream` client that fills its stream budget and then neither reads
+    /// nor sends, its connection and streams left open, does not hold the budget for good:
+    /// once it has taken no reply for `request_timeout_ms` its stream ends (RESOURCE_EXHAUSTED,
+    /// which it reads once it reads again) and every byte comes back. Two such streams holding
+    /// all of `alloc.max_stream_bytes` keep a third client out only until then.
+    #[tokio::test]
+    async fn a_stream_client_that_stops_reading_and_sending_gives_its_budget_back() {
+        use crate::rpc::test_support::{silent_channel, until};
+        let batch_uids = 10_000;
+        let per_batch = AllocConfig::for_tests().tuning.stream_batch_bytes(batch_uids);
+        // Values above 2^40: 6 bytes each, a reply of ~60 KB, so a 64 KiB window holds ~one.
+        let s = server_with(1 << 40, |c| {
+            c.tuning.max_batch_uids = batch_uids;
+            c.tuning.request_timeout_ms = 2_000;
+            c.tuning.max_bytes_per_stream = 4 * per_batch;
+            c.tuning.max_stream_bytes = 8 * per_batch; // two streams' worth
+        });
+        s.shared.lock().table.advanced(SectionId(1), LeaseEpoch(1), Some(1 << 41));
+        let url = serve_url(&s).await;
+        let batch = |batch_id, n| pb::NextStreamRequest {
+            batch_id,
+            uids: vec![15; n],
+            route_version: 3,
+            timeout_ms: 10_000,
+        };
+        // Two silent streams on one connection, 8 batches each (more than their budget), then
+        // nothing more: neither closes its side.
+        let silent = silent_channel(&url).await;
+        let mut open = Vec::new();
+        for _ in 0..2 {
+            open.push(
+                unread_stream(&silent, (0..8).map(|id| batch(id, batch_uids)).collect()).await,
+            );
+        }
+        let budgets = &s.shared.budgets;
+        until("the silent streams hold all of alloc.max_stream_bytes", || {
+            budgets.stream_bytes_in_use() == 8 * per_batch
+        })
+        .await;
+        // A third client is refused while they hold it all, and served once they ended.
+        let third = tonic::transport::Channel::from_shared(url.clone()).unwrap().connect().await;
+        let (more, mut replies) = unread_stream(&third.unwrap(), Vec::new()).await;
+        let guard = Instant::now() + Duration::from_secs(20);
+        for (refused, id) in (0..).enumerate() {
+            assert!(Instant::now() < guard, "kept out for good: {refused} batches refused");
+            more.send(batch(id, 1)).await.unwrap();
+            let reply = tokio::time::timeout(Duration::from_secs(10), replies.message()).await;
+            let reply = reply.expect("no hang").expect("no error").expect("a reply");
+            if reply.code == 0 {
+                break;
+            }
+            assert_eq!(reply.code, tonic::Code::ResourceExhausted as i32, "{reply:?}");
+        }
+        drop((more, replies));
+        until("every byte is given back, the silent connection still open", || {
+            budgets.stream_bytes_in_use() == 0
+        })
+        .await;
+        // The silent client, reading at last (both streams: the replies of one may fill the
+        // connection's window), learns why its streams ended.
+        let ends = open.into_iter().map(|(requests, mut unread)| async move {
+            let ended = loop {
+                match unread.message().await {
+                    Ok(Some(_)) => continue, // a reply the transport had taken
+                    other => break other,
+                }
+            };
+            drop(requests);
+            ended
+        });
+        let ends = tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(ends));
+        for ended in ends.await.expect("no hang") {
+            let status = ended.expect_err("the stream ended with a status");
+            assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+            assert!(status.message().contains("alloc.request_timeout_ms"), "{}", status.message());
+        }
+    }
+
+    /// Red-team M7: a `NextStream` batch whose route version is older than ours is charged for
+    /// the route table its reply carries, not only 16 B a uid: a silent stream of such batches
+    /// holds at least a table per reply it has not taken.
+    #[tokio::test]
+    async fn a_stream_reply_with_the_route_table_is_charged_for_it() {
+        use crate::rpc::test_support::{silent_channel, until};
+        let s = server_with(1_000, |c| c.uid_end = 10_000);
+        let table_bytes = {
+            let mut inner = s.shared.lock();
+            inner.table.advanced(SectionId(1), LeaseEpoch(1), Some(1 << 40));
+            inner.route.uid_end = 10_000;
+            inner.route.entries = (0..1_000)
+                .map(|section| {
+                    let alloc_id = if section == 1 { 1 } else { 2 };
+                    pb::RouteEntry {
+                        section_begin: section,
+                        section_end: section + 1,
+                        alloc_id,
+                        addr: format!("alloc-{alloc_id}.seqsvr.example:7000"),
+                    }
+                })
+                .collect();
+            prost::Message::encoded_len(&inner.route)
+        };
+        assert!(table_bytes > 20_000, "a 1000-entry table: {table_bytes} bytes");
+        let url = serve_url(&s).await;
+        let silent = silent_channel(&url).await;
+        let stale = |batch_id| pb::NextStreamRequest {
+            batch_id,
+            uids: vec![15],
+            route_version: 2,
+            timeout_ms: 10_000,
+        };
+        let (_requests, _unread) = unread_stream(&silent, (0..30).map(stale).collect()).await;
+        let budgets = &s.shared.budgets;
+        until("the unread replies are charged for their tables", || {
+            budgets.stream_bytes_in_use() >= 10 * table_bytes
+        })
+        .await;
+    }
+
+    /// Red-team M6: a `NextBatch` reply holds its bytes of `alloc.max_stream_bytes` until the
+    /// transport has taken it, not only until its handler returned: a client that reads none
+    /// of its replies holds them counted.
+    #[tokio::test]
+    async fn a_next_batch_reply_holds_its_bytes_until_the_client_has_read_it() {
+        use crate::rpc::test_support::{call_unread, silent_channel, until};
+        let batch_uids = 10_000;
+        let per_call = AllocConfig::for_tests().tuning.stream_batch_bytes(batch_uids);
+        let s = server_with(1 << 40, |c| c.tuning.max_batch_uids = batch_uids);
+        s.shared.lock().table.advanced(SectionId(1), LeaseEpoch(1), Some(1 << 41));
+        let url = serve_url(&s).await;
+        let silent = silent_channel(&url).await;
+        let path = format!("/{}/NextBatch", crate::SEQ_SERVICE);
+        let calls = 20;
+        let mut unread = Vec::new();
+        for _ in 0..calls {
+            let request = pb::NextBatchRequest {
+                uids: vec![15; batch_uids],
+                route_version: 3,
+                independent: true,
+            };
+            unread.push(
+                call_unread::<_, pb::NextBatchResponse>(silent.clone(), &path, request).await,
+            );
+        }
+        // Every handler has returned (its reply's headers arrived); the replies are not read.
+        let in_use = s.shared.budgets.stream_bytes_in_use();
+        assert!(
+            in_use >= (calls - 2) * per_call,
+            "{in_use} bytes held by {calls} unread replies of {per_call} bytes"
+        );
+        // All at once: the replies of one may fill the connection's window.
+        let read = unread.into_iter().map(|mut reply| async move { reply.message().await });
+        let read = tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(read));
+        for reply in read.await.expect("no hang") {
+            assert_eq!(reply.expect("no error").expect("the reply").seqs.len(), batch_uids);
+        }
+        until("the bytes come back once the replies are read", || {
+            s.shared.budgets.stream_bytes_in_use() == 0
+        })
+        .await;
     }
 
     /// A client with a table newer than ours must not get our older table back (it would be

@@ -369,6 +369,11 @@ impl IdsConfig {
     }
 }
 
+/// The most an AllocSvr budget counted by a semaphore may be (`alloc.max_streams`,
+/// `alloc.max_stream_bytes`): tokio's `Semaphore::MAX_PERMITS` (`usize::MAX >> 3`), above which
+/// the AllocSvr could not start (the allocsvr crate checks the two agree).
+pub const MAX_BUDGET: usize = usize::MAX >> 3;
+
 /// Tunables of every AllocSvr, and the lease both tiers agree on.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -390,16 +395,22 @@ pub struct AllocTuning {
     /// Upper bound on how long one client call waits (for an advance or a hand-over); a longer
     /// `grpc-timeout` from the caller is clamped to it.
     pub request_timeout_ms: u64,
-    /// Most calls that may wait at once (for an advance, a load, a hand-over or a lease); one
-    /// more is refused at once with RESOURCE_EXHAUSTED instead of queueing.
+    /// Most `SeqService` calls that may wait at once (for an advance, a load, a hand-over or a
+    /// lease); one more is refused at once with RESOURCE_EXHAUSTED instead of queueing.
     pub max_waiting_calls: usize,
+    /// Most `NextIds` calls that may wait at once (for the clock, a worker id or a time
+    /// reservation in the store), a pool of their own: id calls waiting for the clock never
+    /// take the places of sequence calls. One more is refused at once with RESOURCE_EXHAUSTED.
+    pub max_waiting_id_calls: usize,
     /// Most `NextStream` streams open at once on one AllocSvr (the SDK keeps one per client
     /// process); one more is refused with RESOURCE_EXHAUSTED, and that client sends RPCs.
     pub max_streams: usize,
-    /// Bytes all `NextStream` streams together may hold in batches read but whose replies the
-    /// transport has not taken yet ([`AllocTuning::stream_batch_bytes`] each); past it a
-    /// stream stops reading (HTTP/2 flow control holds its client back), and a batch that
-    /// finds no room before its deadline is answered RESOURCE_EXHAUSTED.
+    /// Bytes all `NextStream` batches and `NextBatch` calls together may hold, from when a
+    /// batch is read until the transport has taken its reply ([`AllocTuning::stream_batch_bytes`]
+    /// each, plus the route table a reply carries to a client with an older one); past it a
+    /// stream stops reading (HTTP/2 flow control holds its client back) and a batch that finds
+    /// no room before its deadline is answered RESOURCE_EXHAUSTED; a `NextBatch` call that finds
+    /// no room is refused at once with RESOURCE_EXHAUSTED. At most [`MAX_BUDGET`].
     pub max_stream_bytes: usize,
     /// The same, for one stream: a client that reads no replies holds at most this much.
     pub max_bytes_per_stream: usize,
@@ -420,6 +431,7 @@ impl Default for AllocTuning {
             max_batch_uids: 10_000,
             request_timeout_ms: 3_000,
             max_waiting_calls: 10_000,
+            max_waiting_id_calls: 1_000,
             max_streams: 4_096,
             max_stream_bytes: 128 << 20,
             max_bytes_per_stream: 1 << 20,
@@ -462,12 +474,22 @@ impl AllocTuning {
         if self.max_batch_uids == 0
             || self.request_timeout_ms == 0
             || self.max_waiting_calls == 0
+            || self.max_waiting_id_calls == 0
             || self.max_streams == 0
         {
             return invalid(
-                "alloc.max_batch_uids, alloc.request_timeout_ms, alloc.max_waiting_calls and \
-                 alloc.max_streams must be > 0",
+                "alloc.max_batch_uids, alloc.request_timeout_ms, alloc.max_waiting_calls, \
+                 alloc.max_waiting_id_calls and alloc.max_streams must be > 0",
             );
+        }
+        // Each is a semaphore's permits: tokio's `Semaphore::new` panics above its MAX_PERMITS.
+        for (key, value) in [
+            ("alloc.max_streams", self.max_streams),
+            ("alloc.max_stream_bytes", self.max_stream_bytes),
+        ] {
+            if value > MAX_BUDGET {
+                return invalid(format!("{key} ({value}) must be at most {MAX_BUDGET}"));
+            }
         }
         let batch = self.stream_batch_bytes(self.max_batch_uids);
         if self.max_bytes_per_stream < batch || self.max_bytes_per_stream > u32::MAX as usize {
@@ -535,8 +557,27 @@ mod alloc_tuning_tests {
         let total = AllocTuning { max_stream_bytes: ok.max_bytes_per_stream - 1, ..ok.clone() };
         let e = total.validate().unwrap_err().to_string();
         assert!(e.contains("alloc.max_stream_bytes"), "{e}");
-        let no_ids = AllocTuning { max_ids_in_flight: 0, ..ok };
+        let no_ids = AllocTuning { max_ids_in_flight: 0, ..ok.clone() };
         assert!(no_ids.validate().unwrap_err().to_string().contains("alloc.max_ids_in_flight"));
+        let no_id_waits = AllocTuning { max_waiting_id_calls: 0, ..ok };
+        let e = no_id_waits.validate().unwrap_err().to_string();
+        assert!(e.contains("alloc.max_waiting_id_calls"), "{e}");
+    }
+
+    /// A budget counted by a semaphore above its most permits is refused (the AllocSvr's
+    /// `Semaphore::new` would panic at start), the most itself is accepted.
+    #[test]
+    fn a_budget_past_the_semaphore_limit_is_refused() {
+        let ok = AllocTuning::default();
+        let at_most =
+            AllocTuning { max_stream_bytes: MAX_BUDGET, max_streams: MAX_BUDGET, ..ok.clone() };
+        at_most.validate().expect("the most is accepted");
+        let bytes = AllocTuning { max_stream_bytes: MAX_BUDGET + 1, ..ok.clone() };
+        let e = bytes.validate().unwrap_err().to_string();
+        assert!(e.contains("alloc.max_stream_bytes") && e.contains(&MAX_BUDGET.to_string()), "{e}");
+        let streams = AllocTuning { max_streams: usize::MAX, ..ok };
+        let e = streams.validate().unwrap_err().to_string();
+        assert!(e.contains("alloc.max_streams"), "{e}");
     }
 }
 

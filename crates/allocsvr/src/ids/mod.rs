@@ -38,7 +38,7 @@ mod sessions;
 mod workers;
 
 use crate::config::SchemeSetup;
-use crate::rpc::{call_deadline, to_status, AllocError};
+use crate::rpc::{call_deadline, to_status, AllocError, HeldUntilSent};
 use crate::state::Shared;
 use seqsvr_core::idscheme::Scheme;
 use seqsvr_proto::v1 as pb;
@@ -54,9 +54,9 @@ pub struct IdServer {
 impl IdServer {
     /// `count` ids of `alloc.max_ids_in_flight`, given back when dropped; RESOURCE_EXHAUSTED at
     /// once if they are not free (a call waiting for them would hold its request and a task).
-    fn ids_in_flight(&self, count: u32) -> Result<tokio::sync::SemaphorePermit<'_>, AllocError> {
+    fn ids_in_flight(&self, count: u32) -> Result<tokio::sync::OwnedSemaphorePermit, AllocError> {
         let budgets = &self.shared.budgets;
-        budgets.ids.try_acquire_many(count).map_err(|_| {
+        budgets.ids.clone().try_acquire_many_owned(count).map_err(|_| {
             let metrics = &self.shared.metrics;
             metrics.budget(crate::metrics::Budget::IdsInFlight).full.increment(1);
             let (in_use, max) = (budgets.ids_in_use(), budgets.max_ids);
@@ -75,11 +75,13 @@ impl IdServer {
 }
 
 impl IdServer {
-    /// `NextIds` up to its answer: the request's checks, then the scheme's issuer.
+    /// `NextIds` up to its answer: the request's checks, then the scheme's issuer. Answers the
+    /// reply and its ids' place in `alloc.max_ids_in_flight`, which the reply holds until the
+    /// transport has taken it (`rpc.rs::HeldUntilSent`).
     async fn answer_next_ids(
         &self,
         request: Request<pb::NextIdsRequest>,
-    ) -> Result<pb::NextIdsResponse, AllocError> {
+    ) -> Result<(pb::NextIdsResponse, HeldUntilSent), AllocError> {
         let deadline = call_deadline(&request, self.shared.config.tuning.request_timeout_ms);
         let r = request.into_inner();
         let setup = self.setup(&r.scheme)?;
@@ -103,15 +105,15 @@ impl IdServer {
                 per_unit: layout.max_sequence().saturating_add(1),
             });
         }
-        // Held until the answer is built: the ids (and the reply they become) count in
-        // `alloc.max_ids_in_flight` before any is allocated.
-        let _in_flight = self.ids_in_flight(r.count)?;
+        // Held until the reply is sent: the ids (and the reply they become) count in
+        // `alloc.max_ids_in_flight` before any is allocated, and until the client has them.
+        let in_flight = HeldUntilSent::new(self.ids_in_flight(r.count)?);
         if layout.scheme() == Scheme::RongCloud {
             let (session_uid, out) = sessions::next_ids(&self.shared, &r, setup, deadline).await?;
             self.shared.metrics.ids_issued.increment(out.len() as u64);
             let mut response = pb::NextIdsResponse { session_uid, ..Default::default() };
             seqsvr_proto::put_ids128(&mut response, &out, r.packed_ids128);
-            return Ok(response);
+            return Ok((response, in_flight));
         }
         if r.session_type != 0 || !r.session_id.is_empty() || r.session_hash.is_some() {
             return Err(AllocError::NoSessionFields { name: r.scheme.clone() });
@@ -134,7 +136,7 @@ impl IdServer {
         } else {
             seqsvr_proto::put_ids128(&mut response, &out, r.packed_ids128);
         }
-        Ok(response)
+        Ok((response, in_flight))
     }
 
     /// `Decode`: the fields of an id (or of its text) of a scheme.
@@ -158,7 +160,8 @@ impl pb::id_service_server::IdService for IdServer {
         &self,
         request: Request<pb::NextIdsRequest>,
     ) -> Result<Response<pb::NextIdsResponse>, Status> {
-        self.answer_next_ids(request).await.map(Response::new).map_err(to_status)
+        let (reply, in_flight) = self.answer_next_ids(request).await.map_err(to_status)?;
+        Ok(HeldUntilSent::on(Response::new(reply), Some(in_flight)))
     }
 
     async fn decode(
@@ -276,16 +279,17 @@ mod tests {
         }
     }
 
+    /// `NextIds` calls waiting now (`alloc.max_waiting_id_calls`).
     fn waiting(s: &IdServer) -> usize {
-        s.shared.waiting_calls.load(Ordering::Acquire)
+        s.shared.waiting_id_calls.load(Ordering::Acquire)
     }
 
     /// Issue 30 (3a): an id call that waits (here for the clock) takes one of
-    /// `alloc.max_waiting_calls`; with none left, one more that would wait is refused at once
-    /// with RESOURCE_EXHAUSTED, and the place comes back when the waiting call ends.
+    /// `alloc.max_waiting_id_calls`; with none left, one more that would wait is refused at
+    /// once with RESOURCE_EXHAUSTED, and the place comes back when the waiting call ends.
     #[tokio::test]
-    async fn id_calls_past_max_waiting_calls_are_refused_at_once() {
-        let (s, clock) = id_server(1, |c| c.tuning.max_waiting_calls = 1);
+    async fn id_calls_past_max_waiting_id_calls_are_refused_at_once() {
+        let (s, clock) = id_server(1, |c| c.tuning.max_waiting_id_calls = 1);
         // Units NOW and NOW + 1 (as far ahead as the generator may go) used up.
         assert_eq!(next_ids(&s, 4_096, 1_000).await.expect("served").len(), 4_096);
         assert_eq!(next_ids(&s, 4_096, 1_000).await.expect("served").len(), 4_096);
@@ -295,32 +299,198 @@ mod tests {
         until("the third call is in flight", || s.shared.budgets.ids_in_use() == 1).await;
         let refused = next_ids(&s, 1, 300).await.expect_err("no wait slot left");
         assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
-        assert!(refused.message().contains("alloc.max_waiting_calls"), "{}", refused.message());
+        assert!(refused.message().contains("alloc.max_waiting_id_calls"), "{}", refused.message());
         assert_eq!(waiting(&s), 1, "the waiting call holds the slot");
         clock.set(NOW_MS + 2);
         assert_eq!(first.await.expect("no panic").expect("served once the clock moved").len(), 1);
         assert_eq!(waiting(&s), 0, "the place came back");
     }
 
+    /// A `NextIds` of one id of `rongcloud` session (1, 7), routed to section 1.
+    fn session(timeout_ms: u64) -> Request<pb::NextIdsRequest> {
+        let mut r = Request::new(pb::NextIdsRequest {
+            scheme: "rongcloud".into(),
+            count: 1,
+            session_type: 1,
+            session_hash: Some(7),
+            ..Default::default()
+        });
+        r.set_timeout(Duration::from_millis(timeout_ms));
+        r
+    }
+
+    /// A store leader that answers every `ReserveSessionTime` (the mark was `before_ms`, is
+    /// now what was asked), and nothing else; its address.
+    async fn session_store(before_ms: u64) -> String {
+        use pb::store_service_server::{StoreService, StoreServiceServer};
+        struct Store(u64);
+        fn no<T>() -> Result<Response<T>, Status> {
+            Err(Status::unimplemented("not in this test"))
+        }
+        #[tonic::async_trait]
+        impl StoreService for Store {
+            async fn advance_max_seq(
+                &self,
+                _: Request<pb::AdvanceMaxSeqRequest>,
+            ) -> Result<Response<pb::AdvanceMaxSeqResponse>, Status> {
+                no()
+            }
+            async fn get_max_seq(
+                &self,
+                _: Request<pb::GetMaxSeqRequest>,
+            ) -> Result<Response<pb::GetMaxSeqResponse>, Status> {
+                no()
+            }
+            async fn load_sections(
+                &self,
+                _: Request<pb::LoadSectionsRequest>,
+            ) -> Result<Response<pb::GetMaxSeqResponse>, Status> {
+                no()
+            }
+            async fn register_alloc(
+                &self,
+                _: Request<pb::RegisterAllocRequest>,
+            ) -> Result<Response<pb::RegisterAllocResponse>, Status> {
+                no()
+            }
+            async fn heartbeat(
+                &self,
+                _: Request<pb::HeartbeatRequest>,
+            ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+                no()
+            }
+            async fn release_alloc(
+                &self,
+                _: Request<pb::ReleaseAllocRequest>,
+            ) -> Result<Response<pb::ReleaseAllocResponse>, Status> {
+                no()
+            }
+            async fn acquire_worker(
+                &self,
+                _: Request<pb::AcquireWorkerRequest>,
+            ) -> Result<Response<pb::AcquireWorkerResponse>, Status> {
+                no()
+            }
+            async fn reserve_time(
+                &self,
+                _: Request<pb::ReserveTimeRequest>,
+            ) -> Result<Response<pb::ReserveTimeResponse>, Status> {
+                no()
+            }
+            async fn reserve_session_time(
+                &self,
+                request: Request<pb::ReserveSessionTimeRequest>,
+            ) -> Result<Response<pb::ReserveSessionTimeResponse>, Status> {
+                let after_ms = request.into_inner().up_to_ms;
+                Ok(Response::new(pb::ReserveSessionTimeResponse { before_ms: self.0, after_ms }))
+            }
+        }
+        let router = tonic::transport::Server::builder()
+            .add_service(StoreServiceServer::new(Store(before_ms)));
+        let url = crate::rpc::test_support::serve(router).await;
+        url.trim_start_matches("http://").to_string()
+    }
+
+    /// Red-team H2: the first `rongcloud` call of a section that is refused a wait slot
+    /// (`alloc.max_waiting_id_calls` full) leaves no "first reservation in flight" mark behind:
+    /// once a slot is free, the next call installs the section and is served (it would
+    /// otherwise wait for an install nobody makes, and end INSTALL_SLOW, for good).
+    #[tokio::test]
+    async fn a_first_session_call_refused_a_wait_slot_leaves_the_section_installable() {
+        let store = session_store(NOW_MS - 1_000).await;
+        let (s, clock) = id_server(1, |c| {
+            c.tuning.max_waiting_id_calls = 1;
+            c.stores = vec![(seqsvr_core::ids::NodeId(1), store)];
+        });
+        // The only wait slot: a snowflake call waiting for the clock.
+        assert_eq!(next_ids(&s, 4_096, 1_000).await.expect("served").len(), 4_096);
+        assert_eq!(next_ids(&s, 4_096, 1_000).await.expect("served").len(), 4_096);
+        let first = spawn_next_ids(&s, 1);
+        until("a snowflake call waits for the clock", || waiting(&s) == 1).await;
+        let refused = s.next_ids(session(300)).await.expect_err("no wait slot for its install");
+        assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+        assert!(refused.message().contains("alloc.max_waiting_id_calls"), "{}", refused.message());
+        let installing = s.shared.lock().ids.sessions.installing.clone();
+        assert!(installing.is_empty(), "a refused call left {installing:?} behind");
+        clock.set(NOW_MS + 2);
+        assert_eq!(first.await.expect("no panic").expect("served").len(), 1);
+        let served = s.next_ids(session(2_000)).await.expect("the section installs and serves");
+        let ids = seqsvr_proto::ids128_of(served.get_ref()).expect("well-formed ids");
+        assert_eq!(ids.len(), 1);
+    }
+
+    /// Red-team L8: `NextIds` calls waiting for the clock take places of their own
+    /// (`alloc.max_waiting_id_calls`): with all of them taken, a sequence call that waits for
+    /// an advance still gets one of `alloc.max_waiting_calls` (it waits, and ends UNAVAILABLE
+    /// at its deadline, as no advance comes here), not RESOURCE_EXHAUSTED.
+    #[tokio::test]
+    async fn id_calls_waiting_for_the_clock_leave_sequence_calls_their_places() {
+        let (s, clock) = id_server(1, |c| {
+            c.tuning.max_waiting_calls = 1;
+            c.tuning.max_waiting_id_calls = 1;
+        });
+        assert_eq!(next_ids(&s, 4_096, 1_000).await.expect("served").len(), 4_096);
+        assert_eq!(next_ids(&s, 4_096, 1_000).await.expect("served").len(), 4_096);
+        let first = spawn_next_ids(&s, 1);
+        // In flight and not done: it waits for the clock (the runtime runs one task at a time,
+        // so it went as far as its wait).
+        until("a snowflake call waits for the clock", || s.shared.budgets.ids_in_use() == 1).await;
+        // Section 1 is loaded at max_seq 0: uid 15 waits for an advance.
+        use pb::seq_service_server::SeqService as _;
+        let seq = crate::service::SeqServer { shared: s.shared.clone() };
+        let mut next = Request::new(pb::NextRequest { uid: 15, route_version: 0 });
+        next.set_timeout(Duration::from_millis(300));
+        let status = seq.next(next).await.expect_err("no advance comes");
+        assert_eq!(status.code(), Code::Unavailable, "it waited: {status:?}");
+        assert!(status.message().contains("higher max_seq"), "{}", status.message());
+        clock.set(NOW_MS + 2);
+        assert_eq!(first.await.expect("no panic").expect("served").len(), 1);
+    }
+
+    /// Red-team M6: a `NextIds` reply holds its ids of `alloc.max_ids_in_flight` until the
+    /// transport has taken it, not only until its handler returned: a client (64 KiB windows)
+    /// that reads none of 20 replies of 100,000 ids holds them counted, and they come back
+    /// once it reads them.
+    #[tokio::test]
+    async fn a_next_ids_reply_holds_its_ids_until_the_client_has_read_it() {
+        use crate::rpc::test_support::{call_unread, silent_channel, until};
+        let (s, _clock) = id_server(2_000, |c| c.tuning.max_ids_in_flight = 10_000_000);
+        let router = seqsvr_server::grpc::ConnectionLimits::SERVER
+            .apply(tonic::transport::Server::builder())
+            .add_service(crate::id_service(s.shared.clone()));
+        let url = crate::rpc::test_support::serve(router).await;
+        let silent = silent_channel(&url).await;
+        let path = format!("/{}/NextIds", crate::ID_SERVICE);
+        let (calls, count) = (20usize, 100_000u32);
+        let mut unread = Vec::new();
+        for _ in 0..calls {
+            let request = ask(count, 3_000).into_inner();
+            unread
+                .push(call_unread::<_, pb::NextIdsResponse>(silent.clone(), &path, request).await);
+        }
+        // Every handler has returned (its reply's headers arrived); the replies are not read.
+        let in_use = s.shared.budgets.ids_in_use();
+        let unsent = (calls - 2) * count as usize;
+        assert!(in_use >= unsent, "{in_use} ids held by {calls} unread replies of {count}");
+        // All at once: the replies of one may fill the connection's window.
+        let read = unread.into_iter().map(|mut reply| async move { reply.message().await });
+        let read = tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(read));
+        for reply in read.await.expect("no hang") {
+            let reply = reply.expect("no error").expect("the reply");
+            assert_eq!(seqsvr_proto::ids64_of(&reply).expect("ids").len(), count as usize);
+        }
+        until("the ids come back once the replies are read", || s.shared.budgets.ids_in_use() == 0)
+            .await;
+    }
+
     /// The same for a `rongcloud` call: one waiting for its section's first reservation holds
     /// the only wait slot, and another is refused at once.
     #[tokio::test]
     async fn a_session_call_that_waits_takes_a_wait_slot() {
-        let (s, _clock) = id_server(1, |c| c.tuning.max_waiting_calls = 1);
+        let (s, _clock) = id_server(1, |c| c.tuning.max_waiting_id_calls = 1);
         // Another call's first reservation of section 1 is in flight: these calls wait for it.
         let key = ("rongcloud".to_string(), SectionId(1), LeaseEpoch(1));
         s.shared.lock().ids.sessions.installing.insert(key);
-        let session = |timeout_ms| {
-            let mut r = Request::new(pb::NextIdsRequest {
-                scheme: "rongcloud".into(),
-                count: 1,
-                session_type: 1,
-                session_hash: Some(7),
-                ..Default::default()
-            });
-            r.set_timeout(Duration::from_millis(timeout_ms));
-            r
-        };
         let shared = s.shared.clone();
         let first = tokio::spawn({
             let r = session(10_000);
@@ -329,7 +499,7 @@ mod tests {
         until("the session call is in flight", || s.shared.budgets.ids_in_use() == 1).await;
         let refused = s.next_ids(session(300)).await.expect_err("no wait slot left");
         assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
-        assert!(refused.message().contains("alloc.max_waiting_calls"), "{}", refused.message());
+        assert!(refused.message().contains("alloc.max_waiting_id_calls"), "{}", refused.message());
         assert_eq!(waiting(&s), 1, "the waiting call holds the slot");
         first.abort();
         until("the aborted call gave its place back", || waiting(&s) == 0).await;

@@ -47,8 +47,10 @@ use tonic::Code;
 enum SessionStep {
     /// Reserve the section's mark (`Reservation::unit`).
     Reserve(Reservation),
-    /// No slot yet: this call makes the first reservation, which installs it.
-    Install(Reservation),
+    /// No slot yet: this call makes the first reservation, which installs it. The guard was
+    /// made with the `installing` mark, so every way out of the call ends the mark (a wait slot
+    /// refused, the call dropped, the reservation done or failed).
+    Install(Reservation, Installing),
     /// No slot yet, and another call's first reservation is in flight: wait for it.
     AwaitInstall,
     /// The clock must reach this unit.
@@ -62,7 +64,7 @@ enum SessionStep {
 
 /// `NextIds` of a `rongcloud` scheme: `count` ids of one session, from its section's owner,
 /// issued in chunks as `workers.rs` does. A call that waits (for the clock, a reservation or
-/// the section's first one) takes a wait slot first (`alloc.max_waiting_calls`). Returns the
+/// the section's first one) takes a wait slot first (`alloc.max_waiting_id_calls`). Returns the
 /// uid the session is routed by and the ids.
 pub async fn next_ids(
     shared: &Arc<Shared>,
@@ -98,7 +100,7 @@ pub async fn next_ids(
             issue(shared, &mut inner, &r.scheme, setup, uid, fields, want, &mut out)?
         };
         if !matches!(step, SessionStep::Done | SessionStep::Yield) && waiting.is_none() {
-            waiting = Some(WaitSlot::take(shared)?);
+            waiting = Some(WaitSlot::take_for_ids(shared)?);
         }
         match step {
             SessionStep::Done => break,
@@ -106,13 +108,12 @@ pub async fn next_ids(
             SessionStep::Reserve(reservation) => {
                 reserve_session(shared, &r.scheme, reservation, deadline).await?;
             }
-            SessionStep::Install(reservation) => {
+            SessionStep::Install(reservation, installing) => {
                 // A task of its own: it ends the install (and wakes the waiters) even if
                 // this call is dropped meanwhile.
                 let (shared, name) = (shared.clone(), r.scheme.clone());
                 let install = tokio::spawn(async move {
-                    let key = (name.clone(), reservation.section, reservation.lease_epoch);
-                    let _done = Installing { shared: shared.clone(), key };
+                    let _done = installing;
                     reserve_session(&shared, &name, reservation, deadline).await
                 });
                 let answered =
@@ -183,9 +184,12 @@ fn issue(
         if inner.ids.sessions.installing.contains(&key) {
             return Ok(SessionStep::AwaitInstall);
         }
-        inner.ids.sessions.installing.insert(key);
+        inner.ids.sessions.installing.insert(key.clone());
+        // Made with the mark: dropped (it takes the lock) only after the caller let it go.
+        let installing = Installing { shared: shared.clone(), key };
         let unit = ahead;
-        return Ok(SessionStep::Install(Reservation { alloc, section, lease_epoch, unit }));
+        let reservation = Reservation { alloc, section, lease_epoch, unit };
+        return Ok(SessionStep::Install(reservation, installing));
     };
     // The session's fields are fixed for this call: checked once, then each id is shifts
     // and ORs (the generator never passes the time or sequence fields).

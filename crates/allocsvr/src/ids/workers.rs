@@ -23,7 +23,7 @@ use tonic::Code;
 /// `want` ids of scheme `name` (not `rongcloud`) with business number `business`, all under
 /// one worker id: issued under the lock (in chunks, yielding in between: `clock.rs`), leasing
 /// a worker id, raising its high-water mark or waiting for the clock in between as the
-/// generator asks. A call that waits takes a wait slot first (`alloc.max_waiting_calls`;
+/// generator asks. A call that waits takes a wait slot first (`alloc.max_waiting_id_calls`;
 /// RESOURCE_EXHAUSTED past it). Returns the worker id and the ids.
 pub async fn next_ids(
     shared: &Arc<Shared>,
@@ -42,7 +42,7 @@ pub async fn next_ids(
             issue(shared, &mut inner, name, setup, business, want, &mut issued)?
         };
         if !matches!(step, Step::Done { .. } | Step::Yield) && waiting.is_none() {
-            waiting = Some(WaitSlot::take(shared)?);
+            waiting = Some(WaitSlot::take_for_ids(shared)?);
         }
         match step {
             Step::Done { worker } => break worker,

@@ -1,12 +1,16 @@
 //! The budgets that bound what the public calls hold in memory (issue 30), beside
-//! `alloc.max_waiting_calls` ([`super::Shared::waiting_calls`], taken by `rpc.rs::WaitSlot`)
-//! and `alloc.max_streams` ([`super::Shared::stream_slots`]):
+//! `alloc.max_waiting_calls` and `alloc.max_waiting_id_calls` ([`super::Shared::waiting_calls`],
+//! [`super::Shared::waiting_id_calls`], taken by `rpc.rs::WaitSlot`) and `alloc.max_streams`
+//! ([`super::Shared::stream_slots`]):
 //!
-//! - [`Budgets::ids`]: ids held by `NextIds` calls from their checks to their answer, one
-//!   permit per id (`alloc.max_ids_in_flight`), taken before the reply is allocated;
+//! - [`Budgets::ids`]: ids held by `NextIds` calls from their checks until the transport has
+//!   taken their reply, one permit per id (`alloc.max_ids_in_flight`), taken before the reply
+//!   is allocated (`rpc.rs::HeldUntilSent` holds them while the reply is sent);
 //! - [`Budgets::stream_bytes`]: bytes of `NextStream` batches read from the transport whose
-//!   replies it has not taken yet (`alloc.max_stream_bytes`); each stream has a budget of its
-//!   own on top (`alloc.max_bytes_per_stream`, made by `service.rs` per stream).
+//!   replies it has not taken yet, and of `NextBatch` calls until their reply is taken
+//!   (`alloc.max_stream_bytes`), each with the route table its reply carries to a client with
+//!   an older one; each stream has a budget of its own on top (`alloc.max_bytes_per_stream`,
+//!   made by `service.rs` per stream).
 //!
 //! What each holds is its limit minus its available permits; `observe.rs` publishes it as the
 //! `seqsvr_alloc_budget_in_use` gauges.
@@ -46,5 +50,26 @@ impl Budgets {
     /// Bytes held by `NextStream` batches now.
     pub fn stream_bytes_in_use(&self) -> usize {
         self.max_stream_bytes.saturating_sub(self.stream_bytes.available_permits())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `AllocTuning::validate` bounds the semaphore budgets by `config::MAX_BUDGET`: it is
+    /// tokio's most permits, and budgets that large start (no panic in `Semaphore::new`).
+    #[test]
+    fn the_largest_valid_budgets_start() {
+        assert_eq!(seqsvr_core::config::MAX_BUDGET, Semaphore::MAX_PERMITS);
+        let tuning = AllocTuning {
+            max_stream_bytes: seqsvr_core::config::MAX_BUDGET,
+            max_streams: seqsvr_core::config::MAX_BUDGET,
+            ..AllocTuning::default()
+        };
+        tuning.validate().expect("valid");
+        let budgets = Budgets::new(&tuning);
+        assert_eq!(budgets.stream_bytes_in_use(), 0);
+        let _streams = Semaphore::new(tuning.max_streams);
     }
 }

@@ -127,9 +127,12 @@ pub struct Shared {
     /// The id of the first call that waited for an advance since the last one was sent: the
     /// advancer passes it to the store, so one slow call can be followed across both logs.
     advance_cause: Mutex<Option<String>>,
-    /// Calls waiting now (for an advance, a load, a hand-over or a lease), at most
+    /// `SeqService` calls waiting now (for an advance, a load, a hand-over or a lease), at most
     /// `alloc.max_waiting_calls` (see `rpc.rs::WaitSlot`).
     pub waiting_calls: std::sync::atomic::AtomicUsize,
+    /// `NextIds` calls waiting now (for the clock, a worker id, a time reservation), at most
+    /// `alloc.max_waiting_id_calls`: a pool of their own.
+    pub waiting_id_calls: std::sync::atomic::AtomicUsize,
     /// The id schemes served (`[ids]`).
     pub ids: IdSetup,
     /// One worker id lease in flight per scheme.
@@ -196,6 +199,7 @@ impl Shared {
             },
             advance_cause: Mutex::new(None),
             waiting_calls: std::sync::atomic::AtomicUsize::new(0),
+            waiting_id_calls: std::sync::atomic::AtomicUsize::new(0),
             streams_stop: tokio::sync::watch::Sender::new(false),
             fatal: tokio::sync::watch::Sender::new(None),
             stream_slots: Arc::new(tokio::sync::Semaphore::new(max_streams)),
