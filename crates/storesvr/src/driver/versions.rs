@@ -69,6 +69,23 @@ impl Driver {
         }
     }
 
+    /// Every member of the configuration but this one (voters and learners, of both halves of
+    /// a joint configuration), in id order: whose reports the version raise and the layout
+    /// record wait for.
+    fn other_members(&self) -> Vec<u64> {
+        let cs = self.node.store().conf_state();
+        let mut members: Vec<u64> = (cs.voters.iter())
+            .chain(&cs.learners)
+            .chain(&cs.voters_outgoing)
+            .chain(&cs.learners_next)
+            .copied()
+            .filter(|&m| m != self.config.node_id.0)
+            .collect();
+        members.sort_unstable();
+        members.dedup();
+        members
+    }
+
     /// Leader only: the members (voters and learners but this one) that did not lately report
     /// `ours` as their cluster file's layout, in this term, with what they reported (`None`:
     /// nothing lately, or a build that reports none). The set's layout is recorded only when
@@ -78,19 +95,9 @@ impl Driver {
         ours: &seqsvr_core::store::SetLayout,
         now: Instant,
     ) -> Vec<(u64, Option<seqsvr_core::store::SetLayout>)> {
-        let cs = self.node.store().conf_state();
-        let mut members: Vec<u64> = cs
-            .voters
-            .iter()
-            .chain(&cs.learners)
-            .copied()
-            .filter(|&m| m != self.config.node_id.0)
-            .collect();
-        members.sort_unstable();
-        members.dedup();
         let term = self.node.raft.term;
         let window = self.config.tick * self.config.election_ticks as u32;
-        members
+        self.other_members()
             .into_iter()
             .filter_map(|m| match self.peer_layouts.get(&m) {
                 Some(&(Some(reported), at_term, at))
@@ -170,19 +177,9 @@ impl Driver {
     /// term of this member, before a leader in between, says nothing about the member now),
     /// with what they last reported (0 if nothing).
     pub(super) fn members_behind(&self, version: u32, now: Instant) -> Vec<(u64, u32)> {
-        let cs = self.node.store().conf_state();
-        let mut members: Vec<u64> = (cs.voters.iter())
-            .chain(&cs.learners)
-            .chain(&cs.voters_outgoing)
-            .chain(&cs.learners_next)
-            .copied()
-            .filter(|&m| m != self.config.node_id.0)
-            .collect();
-        members.sort_unstable();
-        members.dedup();
         let term = self.node.raft.term;
         let window = self.config.tick * self.config.election_ticks as u32;
-        members
+        self.other_members()
             .into_iter()
             .filter_map(|m| match self.peer_commands_versions.get(&m) {
                 Some(&(reported, at_term, at))
