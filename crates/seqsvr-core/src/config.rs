@@ -1107,6 +1107,10 @@ mod tests {
                 config.ids.load(now_ms, &config.sets).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert!(schemes.contains_key("snowflake"), "{name}");
         }
+        // The local cluster serves JavaScript-safe ids too.
+        let local = ClusterConfig::from_toml_str(include_str!("../../../config/cluster.toml"));
+        let local = local.unwrap().ids.load(now_ms, &[]).unwrap();
+        assert!(local.values().any(|(layout, _)| layout.js_safe()), "no js53 scheme");
     }
 
     /// Worker ids per set are fixed by the set id, so adding a set moves no other set's; a set
@@ -1368,5 +1372,42 @@ peer_ca = "certs/peer-ca.pem"
             "{err}"
         );
         assert!(err.contains("same id layout"), "{err}");
+    }
+
+    /// `js53` sits beside the 63-bit schemes (a shape of its own); two `js53` schemes of one
+    /// shape are refused as any two of one shape, other widths are another shape; widths that
+    /// could pass 2^53 − 1 are refused at load, naming the scheme, the widths and their sum.
+    #[test]
+    fn js53_schemes_load_beside_the_others_one_per_shape() {
+        use crate::idscheme::Scheme;
+        let js53 = IdSchemeConfig::of(Scheme::Js53);
+        let mut ids = IdsConfig::default();
+        ids.schemes.insert("orders".into(), IdSchemeConfig::of(Scheme::Snowflake));
+        ids.schemes.insert("web".into(), js53.clone());
+        let loaded = ids.load(1_796_000_000_000, &[]).expect("two shapes");
+        assert_eq!(loaded["web"].0.shape(), "js53 unit=ms time 41 + worker 5 + sequence 7");
+        let later = IdSchemeConfig { epoch_ms: Some(1_767_225_600_000), ..js53.clone() };
+        ids.schemes.insert("web2".into(), later);
+        let err = ids.load_shapes(&[]).expect_err("one shape twice").to_string();
+        assert!(err.contains("ids.schemes.web and ids.schemes.web2"), "{err}");
+        let seconds = IdSchemeConfig {
+            unit: Some(crate::idscheme::TimeUnit::Seconds),
+            time_bits: Some(32),
+            worker_bits: Some(5),
+            seq_bits: Some(16),
+            ..js53.clone()
+        };
+        ids.schemes.insert("web2".into(), seconds);
+        ids.load_shapes(&[]).expect("another shape");
+        let wide = IdSchemeConfig { worker_bits: Some(6), ..js53 };
+        ids.schemes.insert("web2".into(), wide);
+        let err = ids.load_shapes(&[]).expect_err("54 bits").to_string();
+        assert!(
+            err.contains(
+                "ids.schemes.web2: js53: the widths (time 41 + worker 6 + sequence 7) sum to 54 \
+                 bits"
+            ),
+            "{err}"
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! validation, encoding, decoding and text forms, and the per-worker generator state machine
 //! ([`Generator`]). Pure: no I/O and no clock reads — every "now" is passed in.
 //!
-//! The five schemes, most significant bits first:
+//! The six schemes, most significant bits first:
 //! - `snowflake` (Twitter): 1 sign + 41-bit ms + 10-bit worker + 12-bit sequence, 64 bits.
 //! - `uid-generator` (Baidu, seed 001): 1 sign + 28-bit **seconds** + 22-bit worker + 13-bit
 //!   sequence by default, every width and the epoch configurable. Its default epoch 2016-05-20
@@ -15,6 +15,14 @@
 //! - `uuidv7` (RFC 9562 §5.7): 48-bit Unix ms + version 7 + 12-bit `rand_a` used as a counter
 //!   (§6.2 method 1, "Fixed Bit-Length Dedicated Counter") + variant `0b10` + 62-bit `rand_b`,
 //!   written in the canonical 8-4-4-4-12 lowercase hex form (§4).
+//! - `js53` (issue 31): JavaScript-safe ids, 53 bits = 41-bit ms + 5-bit worker + 7-bit sequence
+//!   by default, from 2025-01-01 ([`JS53_EPOCH_MS`]), every width, the unit and the epoch
+//!   configurable. JavaScript numbers are exact only up to 2^53 − 1
+//!   ([`JS_MAX_SAFE_INTEGER`]); a 63-bit id of today already passes it and a browser rounds it
+//!   to another id. The widths must sum to 53, so every id of the layout's whole life — its last
+//!   time unit, 2^time_bits − 1 units after the epoch, with the largest worker and sequence —
+//!   is at most 2^53 − 1 ([`Layout::max_id`]); any other sum is refused at load
+//!   ([`LayoutError::NotJsSafe`]).
 //!
 //! Every timestamp field counts time units ([`TimeUnit`]) since the layout's epoch (ms since the
 //! Unix epoch). A layout is validated when loaded: its widths sum to the id size, time and
@@ -50,10 +58,17 @@ pub const TWITTER_EPOCH_MS: u64 = 1_288_834_974_657;
 pub const UID_GENERATOR_EPOCH_MS: u64 = 1_463_702_400_000;
 /// Seed 003's `OFFSET_TIME` "2021-11-12 00:00:00", taken as UTC (the PHP took local time).
 pub const WEIBO_EPOCH_MS: u64 = 1_636_675_200_000;
+/// `js53`'s default epoch, 2025-01-01T00:00:00Z: its 41 bits of ms then last until 2094.
+pub const JS53_EPOCH_MS: u64 = 1_735_689_600_000;
+/// The largest integer a JavaScript number (an IEEE 754 double) holds exactly,
+/// `Number.MAX_SAFE_INTEGER`: every `js53` id is at most this.
+pub const JS_MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+/// Bits in a `js53` id.
+pub const JS53_BITS: u32 = 53;
 
 const MS_PER_YEAR: f64 = 365.2425 * 86_400_000.0;
 
-/// The five id schemes, by their config names.
+/// The six id schemes, by their config names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Scheme {
     #[serde(rename = "snowflake")]
@@ -66,11 +81,19 @@ pub enum Scheme {
     RongCloud,
     #[serde(rename = "uuidv7")]
     UuidV7,
+    #[serde(rename = "js53")]
+    Js53,
 }
 
 impl Scheme {
-    pub const ALL: [Scheme; 5] =
-        [Scheme::Snowflake, Scheme::UidGenerator, Scheme::Weibo, Scheme::RongCloud, Scheme::UuidV7];
+    pub const ALL: [Scheme; 6] = [
+        Scheme::Snowflake,
+        Scheme::UidGenerator,
+        Scheme::Weibo,
+        Scheme::RongCloud,
+        Scheme::UuidV7,
+        Scheme::Js53,
+    ];
 
     /// The name in the cluster config and on the command line.
     pub fn name(self) -> &'static str {
@@ -80,16 +103,25 @@ impl Scheme {
             Scheme::Weibo => "weibo",
             Scheme::RongCloud => "rongcloud",
             Scheme::UuidV7 => "uuidv7",
+            Scheme::Js53 => "js53",
         }
     }
 
-    /// Bits in one id: 64 (held in a `u64`), 80 (RongCloud) or 128 (UUID).
+    /// Bits in one id: 64 (held in a `u64`, the top one the sign), 53 (`js53`, also held in a
+    /// `u64`), 80 (RongCloud) or 128 (UUID).
     pub fn id_bits(self) -> u32 {
         match self {
             Scheme::Snowflake | Scheme::UidGenerator | Scheme::Weibo => 64,
+            Scheme::Js53 => JS53_BITS,
             Scheme::RongCloud => 80,
             Scheme::UuidV7 => 128,
         }
+    }
+
+    /// Whether the scheme's widths are the config's to choose (`time_bits`, `worker_bits`,
+    /// `seq_bits`); the others' are fixed by their sources.
+    pub fn takes_widths(self) -> bool {
+        matches!(self, Scheme::UidGenerator | Scheme::Js53)
     }
 }
 
@@ -250,17 +282,25 @@ impl Fields {
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum LayoutError {
     #[error(
-        "unknown id scheme {0:?}: expected one of snowflake, uid-generator, weibo, rongcloud, uuidv7"
+        "unknown id scheme {0:?}: expected one of snowflake, uid-generator, weibo, rongcloud, \
+         uuidv7, js53"
     )]
     UnknownScheme(String),
     #[error(
-        "{0}'s widths are fixed; only uid-generator takes time_bits, worker_bits and seq_bits"
+        "{0}'s widths are fixed; only uid-generator and js53 take time_bits, worker_bits and \
+         seq_bits"
     )]
     FixedWidths(Scheme),
     #[error("uuidv7's epoch (the Unix epoch) and unit (ms) are fixed by RFC 9562 §5.7")]
     FixedTime,
     #[error("{scheme}: the widths ({widths}) sum to {sum} bits, but its ids have {bits}")]
     WidthSum { scheme: Scheme, widths: String, sum: u64, bits: u32 },
+    #[error(
+        "js53: the widths ({widths}) sum to {sum} bits, but its ids have exactly 53 so that \
+         none ever exceeds 2^53 - 1 = 9007199254740991 (JavaScript's Number.MAX_SAFE_INTEGER) \
+         in the layout's whole life; choose time_bits + worker_bits + seq_bits = 53"
+    )]
+    NotJsSafe { widths: String, sum: u64 },
     #[error("{scheme}: the {part} field needs at least 1 bit")]
     ZeroWidth { scheme: Scheme, part: Part },
     #[error("{scheme}: the epoch {epoch} is in the future (now is {now})")]
@@ -305,7 +345,7 @@ pub enum DecodeError {
 }
 
 /// A layout as written in the config; [`LayoutSpec::load`] fills in the scheme's defaults and
-/// validates it. Only `uid-generator` takes widths; `uuidv7` takes no epoch or unit.
+/// validates it. Only `uid-generator` and `js53` take widths; `uuidv7` takes no epoch or unit.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LayoutSpec {
@@ -359,7 +399,7 @@ impl LayoutSpec {
         let scheme = self.scheme;
         let custom_widths =
             self.time_bits.is_some() || self.worker_bits.is_some() || self.seq_bits.is_some();
-        if custom_widths && scheme != Scheme::UidGenerator {
+        if custom_widths && !scheme.takes_widths() {
             return Err(LayoutError::FixedWidths(scheme));
         }
         use Part::*;
@@ -377,6 +417,15 @@ impl LayoutSpec {
                     (Time, self.time_bits.unwrap_or(28)),
                     (Worker, self.worker_bits.unwrap_or(22)),
                     (Sequence, self.seq_bits.unwrap_or(13)),
+                ],
+            ),
+            Scheme::Js53 => (
+                JS53_EPOCH_MS,
+                TimeUnit::Millis,
+                vec![
+                    (Time, self.time_bits.unwrap_or(41)),
+                    (Worker, self.worker_bits.unwrap_or(5)),
+                    (Sequence, self.seq_bits.unwrap_or(7)),
                 ],
             ),
             Scheme::Weibo => (
@@ -509,6 +558,35 @@ impl Layout {
         shape_of_fingerprint(&self.fingerprint())
     }
 
+    /// The largest id the layout can ever issue: the last time unit of its life with every
+    /// other field at its largest (and its constants as they are). At most
+    /// [`JS_MAX_SAFE_INTEGER`] for `js53`, `2^63 − 1` for the other 64-bit schemes.
+    pub fn max_id(&self) -> u128 {
+        let mut largest = Fields::default();
+        for part in Fields::PARTS {
+            largest.set(part, self.max_value(part));
+        }
+        self.pack(&largest)
+    }
+
+    /// Whether every id of the layout's whole life is exact as a JavaScript number (at most
+    /// 2^53 − 1): true for `js53`, false for every other scheme's defaults.
+    pub fn js_safe(&self) -> bool {
+        self.max_id() <= u128::from(JS_MAX_SAFE_INTEGER)
+    }
+
+    /// Ids one generator issues per second for as long as the clock keeps up: one time unit's
+    /// sequences per unit (`2^seq_bits` per ms or per s). A generator is one worker id, or for
+    /// `rongcloud` one section (all the sessions routed to it). Bursts may run up to
+    /// `ids.max_ahead_ms` ahead of the clock by borrowing later units.
+    pub fn ids_per_second(&self) -> u64 {
+        let per_unit = self.max_sequence().saturating_add(1);
+        match self.unit {
+            TimeUnit::Millis => per_unit.saturating_mul(1_000),
+            TimeUnit::Seconds => per_unit,
+        }
+    }
+
     /// E.g. "lasts 69.7 years from 2010-11-04T01:42:54.657Z, until 2080-07-10T17:30:30.209Z".
     pub fn describe_range(&self) -> String {
         format!(
@@ -531,6 +609,9 @@ impl Layout {
         let sum: u64 = self.parts.iter().map(|(_, w)| u64::from(*w)).sum();
         if sum != u64::from(scheme.id_bits()) {
             let widths: Vec<String> = self.parts.iter().map(|(p, w)| format!("{p} {w}")).collect();
+            if scheme == Scheme::Js53 {
+                return Err(LayoutError::NotJsSafe { widths: widths.join(" + "), sum });
+            }
             return Err(LayoutError::WidthSum {
                 scheme,
                 widths: widths.join(" + "),
@@ -576,12 +657,17 @@ impl Layout {
                 return Err(FieldError::TooWide { scheme: self.scheme, part, value, bits, max });
             }
         }
+        Ok(self.pack(fields))
+    }
+
+    /// The id of `fields`, each of which fits its part (a part the layout lacks is left out).
+    fn pack(&self, fields: &Fields) -> u128 {
         let mut id: u128 = 0;
         for &(part, bits) in &self.parts {
             let value = part.constant().unwrap_or_else(|| fields.get(part));
             id = (id << bits) | u128::from(value);
         }
-        Ok(id)
+        id
     }
 
     /// A [`Packer`] for ids whose fields are `fixed` except the time, the sequence and the
@@ -624,14 +710,14 @@ impl Layout {
         })
     }
 
-    /// [`Layout::encode`] for the 64-bit schemes.
+    /// [`Layout::encode`] for the schemes held in a `u64` (the 64-bit ones and `js53`).
     pub fn encode_u64(&self, fields: &Fields) -> Result<u64, FieldError> {
         let bits = self.scheme.id_bits();
         if bits > 64 {
             return Err(FieldError::NotU64 { scheme: self.scheme, bits });
         }
         let id = self.encode(fields)?;
-        assert!(id < 1 << 63, "a 64-bit layout has a sign bit");
+        assert!(id < 1 << 63, "a layout held in a u64 has a sign bit or only 53 bits");
         Ok(id as u64)
     }
 
@@ -659,13 +745,15 @@ impl Layout {
     }
 
     /// The text form of an id: RongCloud's 19 characters (`XXXX-XXXX-XXXX-XXXX`), the canonical
-    /// UUID form, or decimal for the 64-bit schemes. Checks the id first, as [`Layout::decode`].
+    /// UUID form, or decimal for the schemes held in a `u64`. Checks the id first, as [`Layout::decode`].
     pub fn format(&self, id: u128) -> Result<String, DecodeError> {
         self.decode(id)?;
         Ok(match self.scheme {
             Scheme::RongCloud => text::rongcloud_text(id),
             Scheme::UuidV7 => text::uuid_text(id),
-            Scheme::Snowflake | Scheme::UidGenerator | Scheme::Weibo => id.to_string(),
+            Scheme::Snowflake | Scheme::UidGenerator | Scheme::Weibo | Scheme::Js53 => {
+                id.to_string()
+            }
         })
     }
 
@@ -675,7 +763,7 @@ impl Layout {
         let parsed = match self.scheme {
             Scheme::RongCloud => text::parse_rongcloud(text),
             Scheme::UuidV7 => text::parse_uuid(text),
-            Scheme::Snowflake | Scheme::UidGenerator | Scheme::Weibo => {
+            Scheme::Snowflake | Scheme::UidGenerator | Scheme::Weibo | Scheme::Js53 => {
                 text.parse::<u64>().map(u128::from).map_err(|e| format!("not a decimal u64 ({e})"))
             }
         };
@@ -738,7 +826,7 @@ pub fn worker_ids(layout: &Layout) -> u64 {
     match layout.scheme() {
         Scheme::UuidV7 => 1 << UUID_WORKER_BITS,
         Scheme::RongCloud => 0,
-        Scheme::Snowflake | Scheme::UidGenerator | Scheme::Weibo => {
+        Scheme::Snowflake | Scheme::UidGenerator | Scheme::Weibo | Scheme::Js53 => {
             layout.max_value(Part::Worker).saturating_add(1)
         }
     }
@@ -803,7 +891,9 @@ pub fn worker_of(layout: &Layout, fields: &Fields) -> Option<u64> {
     match layout.scheme() {
         Scheme::UuidV7 => Some(fields.rand >> UUID_RANDOM_BITS),
         Scheme::RongCloud => None,
-        Scheme::Snowflake | Scheme::UidGenerator | Scheme::Weibo => Some(fields.worker),
+        Scheme::Snowflake | Scheme::UidGenerator | Scheme::Weibo | Scheme::Js53 => {
+            Some(fields.worker)
+        }
     }
 }
 

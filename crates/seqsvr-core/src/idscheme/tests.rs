@@ -1,5 +1,6 @@
 //! Layouts against the seeds' and RFC 9562's worked examples; encode/decode and text round trips
-//! for every scheme; the generator against random clocks (steps back included) and a model
+//! for every scheme; `js53`'s widths: every sum but 53 refused, every id of its life at most
+//! 2^53 − 1; the generator against random clocks (steps back included) and a model
 //! high-water mark: stamps above the floor, never above the mark, strictly increasing ids and
 //! texts, bounded borrowing.
 
@@ -23,18 +24,21 @@ fn default_layout(scheme: Scheme) -> Layout {
     spec.load(NOW_MS).expect("a valid layout")
 }
 
-/// Any scheme; `uid-generator` with random widths (a short sequence exercises borrowing).
+/// Any scheme; `uid-generator` and `js53` with random widths (a short sequence exercises
+/// borrowing; `js53` with 36 to 46 bits of ms from 2025, which last past [`NOW_MS`]).
 fn arb_layout() -> impl Strategy<Value = Layout> {
     (0..Scheme::ALL.len(), 30u32..=40, 1u32..=13).prop_map(|(i, time_bits, seq_bits)| {
         let scheme = Scheme::ALL[i];
-        if scheme != Scheme::UidGenerator {
-            return default_layout(scheme);
-        }
+        let (time_bits, seq_bits, id_bits) = match scheme {
+            Scheme::UidGenerator => (time_bits, seq_bits, 63),
+            Scheme::Js53 => (time_bits + 6, seq_bits.min(JS53_BITS - time_bits - 6), JS53_BITS),
+            _ => return default_layout(scheme),
+        };
         LayoutSpec {
             epoch_ms: Some(date(2025, 1, 1)),
             time_bits: Some(time_bits),
             seq_bits: Some(seq_bits),
-            worker_bits: Some(63 - time_bits - seq_bits),
+            worker_bits: Some(id_bits - time_bits - seq_bits),
             ..LayoutSpec::of(scheme)
         }
         .load(NOW_MS)
@@ -85,6 +89,8 @@ fn default_lifetimes() {
     assert_eq!(until(Scheme::RongCloud), "2109-05-15T07:35:11.104Z");
     assert!(until(Scheme::UuidV7).starts_with("10889-"));
     assert!(until(Scheme::Weibo).starts_with("2091-"));
+    // As long as a snowflake's: 41 bits of ms, from 2025.
+    assert_eq!(until(Scheme::Js53), "2094-09-07T15:47:35.552Z");
     let snowflake = default_layout(Scheme::Snowflake);
     assert_eq!(format!("{:.1}", snowflake.lifetime_years()), "69.7");
     assert_eq!(
@@ -303,6 +309,12 @@ proptest! {
         let fields = fields_for(&layout, raw);
         let id = layout.encode(&fields).expect("fields that fit");
         prop_assert!(layout.scheme().id_bits() == 128 || id >> layout.scheme().id_bits() == 0);
+        prop_assert!(id <= layout.max_id(), "{} above the layout's largest id", id);
+        if layout.scheme() == Scheme::Js53 {
+            prop_assert!(id <= u128::from(JS_MAX_SAFE_INTEGER), "{} is not JavaScript-safe", id);
+            prop_assert_eq!(layout.encode_u64(&fields).map(u128::from), Ok(id));
+            prop_assert!(layout.js_safe());
+        }
         prop_assert_eq!(layout.decode(id), Ok(fields));
         let text = layout.format(id).expect("a valid id");
         prop_assert_eq!(layout.parse(&text), Ok(id));
@@ -522,4 +534,139 @@ fn shape_drops_the_epoch_and_the_session_range() {
     assert_eq!(shape_of_fingerprint(&with_sessions), shape_of_fingerprint(&rongcloud));
     let shapes: BTreeSet<String> = Scheme::ALL.iter().map(|&s| default_layout(s).shape()).collect();
     assert_eq!(shapes.len(), Scheme::ALL.len(), "every scheme's defaults are a shape of its own");
+}
+
+/// The `js53` preset: 41-bit ms + 5-bit worker + 7-bit sequence from 2025-01-01, 53 bits, so
+/// its largest id — the last ms of its life, worker 31, sequence 127 — is exactly 2^53 − 1;
+/// one more is not one of its ids. No other scheme's defaults are JavaScript-safe.
+#[test]
+fn js53_preset_stays_within_javascript_numbers() {
+    let layout = default_layout(Scheme::Js53);
+    assert_eq!(layout.epoch_ms(), JS53_EPOCH_MS);
+    assert_eq!(rfc3339_ms(JS53_EPOCH_MS), "2025-01-01T00:00:00.000Z");
+    assert_eq!(layout.parts(), &[(Part::Time, 41), (Part::Worker, 5), (Part::Sequence, 7)]);
+    assert_eq!(JS_MAX_SAFE_INTEGER, 9_007_199_254_740_991, "Number.MAX_SAFE_INTEGER");
+    assert_eq!(layout.max_id(), u128::from(JS_MAX_SAFE_INTEGER));
+    assert!(layout.js_safe());
+    assert_eq!(layout.ids_per_second(), 128_000);
+    assert_eq!(worker_ids(&layout), 32);
+    assert_eq!(format!("{:.1}", layout.lifetime_years()), "69.7");
+
+    // The last ms of its life, at its place, sets bit 52 and none above.
+    let last_ms = layout.runs_out_at_ms() - 1;
+    assert_eq!(layout.units_at(last_ms), layout.max_time());
+    let last =
+        Fields { time: layout.units_at(last_ms), worker: 31, sequence: 127, ..Fields::default() };
+    assert_eq!(layout.encode_u64(&last), Ok(JS_MAX_SAFE_INTEGER));
+    assert_eq!(layout.decode(u128::from(JS_MAX_SAFE_INTEGER)), Ok(last));
+    assert!(matches!(
+        layout.decode(1 << 53),
+        Err(DecodeError::TooWide { scheme: Scheme::Js53, bits: 53, .. })
+    ));
+    assert!(layout.parse("9007199254740992").is_err(), "2^53 is not a js53 id");
+    assert_eq!(layout.parse("9007199254740991"), Ok(u128::from(JS_MAX_SAFE_INTEGER)));
+    assert_eq!(layout.format(12_345), Ok("12345".to_string()));
+    assert!(layout.encode(&Fields { time: layout.max_time() + 1, ..Fields::default() }).is_err());
+
+    for scheme in Scheme::ALL.into_iter().filter(|&s| s != Scheme::Js53) {
+        assert!(!default_layout(scheme).js_safe(), "{scheme}");
+    }
+    assert_eq!(default_layout(Scheme::Snowflake).max_id(), (1 << 63) - 1);
+    assert_eq!(default_layout(Scheme::Snowflake).ids_per_second(), 4_096_000);
+    assert_eq!(default_layout(Scheme::UidGenerator).ids_per_second(), 8_192);
+
+    // Its config: the name alone, or with widths, unit and epoch of one's own.
+    assert_eq!("js53".parse(), Ok(Scheme::Js53));
+    let toml = "scheme = \"js53\"\nunit = \"s\"\ntime_bits = 32\nworker_bits = 5\nseq_bits = 16\n";
+    let spec: LayoutSpec = toml::from_str(toml).expect("a layout spec");
+    let seconds = spec.load(NOW_MS).expect("32 + 5 + 16 = 53");
+    assert_eq!(seconds.ids_per_second(), 65_536);
+    assert_eq!(seconds.lifetime_years().round(), 136.0);
+    assert_eq!(seconds.max_id(), u128::from(JS_MAX_SAFE_INTEGER));
+}
+
+/// Every combination of widths up to 64 bits each: js53 loads only those that sum to 53 (and
+/// give time and sequence a bit), and every one it loads tops out at exactly 2^53 − 1; every
+/// other sum is refused naming the widths and the sum.
+#[test]
+fn js53_refuses_every_width_sum_but_53() {
+    let spec = |t, w, s| LayoutSpec {
+        time_bits: Some(t),
+        worker_bits: Some(w),
+        seq_bits: Some(s),
+        ..LayoutSpec::of(Scheme::Js53)
+    };
+    let mut loaded = 0;
+    for t in 0..=64u32 {
+        for w in 0..=64u32 {
+            for s in 0..=64u32 {
+                let result = spec(t, w, s).load_shape();
+                let sum = u64::from(t + w + s);
+                match result {
+                    Ok(layout) => {
+                        assert_eq!(sum, 53, "{t} + {w} + {s} loaded");
+                        assert_eq!(layout.max_id(), u128::from(JS_MAX_SAFE_INTEGER), "{t}+{w}+{s}");
+                        loaded += 1;
+                    }
+                    Err(LayoutError::NotJsSafe { sum: refused, widths }) => {
+                        assert_ne!(sum, 53, "{t} + {w} + {s} refused");
+                        assert_eq!(refused, sum);
+                        let named = format!("time {t} + worker {w} + sequence {s}");
+                        assert_eq!(widths, named);
+                    }
+                    Err(LayoutError::ZeroWidth { .. }) => {
+                        assert!(sum == 53 && (t == 0 || s == 0), "{t} + {w} + {s}");
+                    }
+                    Err(other) => panic!("{t} + {w} + {s}: {other}"),
+                }
+            }
+        }
+    }
+    // t ≥ 1, s ≥ 1, w ≥ 0 with t + w + s = 53: 52 + 51 + ... + 1.
+    assert_eq!(loaded, 52 * 53 / 2);
+
+    let err = spec(41, 6, 7).load(NOW_MS).expect_err("54 bits");
+    assert_eq!(
+        err.to_string(),
+        "js53: the widths (time 41 + worker 6 + sequence 7) sum to 54 bits, but its ids have \
+         exactly 53 so that none ever exceeds 2^53 - 1 = 9007199254740991 (JavaScript's \
+         Number.MAX_SAFE_INTEGER) in the layout's whole life; choose time_bits + worker_bits + \
+         seq_bits = 53"
+    );
+    let err = spec(u32::MAX, u32::MAX, u32::MAX).load(NOW_MS).expect_err("overflowing widths");
+    assert!(matches!(err, LayoutError::NotJsSafe { .. }), "{err}");
+    // Default widths for what is not given: 41 + 5 + 8 = 54.
+    let one_more = LayoutSpec { seq_bits: Some(8), ..LayoutSpec::of(Scheme::Js53) };
+    assert!(matches!(one_more.load(NOW_MS), Err(LayoutError::NotJsSafe { sum: 54, .. })));
+    // 53 bits that ran out are refused as any layout that ran out.
+    let short = spec(30, 16, 7).load(NOW_MS).expect_err("2^30 ms is 12 days");
+    assert!(matches!(short, LayoutError::RunOut { scheme: Scheme::Js53, .. }), "{short}");
+    // The fixed-width schemes still take no widths, and say which do.
+    let err = LayoutSpec { seq_bits: Some(7), ..LayoutSpec::of(Scheme::Snowflake) }.load(NOW_MS);
+    let err = err.expect_err("snowflake's widths are fixed").to_string();
+    assert!(err.contains("only uid-generator and js53 take"), "{err}");
+}
+
+proptest! {
+    /// Random widths summing to 53 and random fields, at any time of the layout's life (its
+    /// last unit included): the id is at most 2^53 − 1 and decodes to its fields.
+    #[test]
+    fn js53_ids_of_any_widths_and_time_are_javascript_safe(
+        t in 1u32..=52,
+        s_raw in 0u32..=64,
+        raw in any::<[u64; 7]>(),
+    ) {
+        let s = 1 + s_raw % (53 - t); // 1..=53 - t
+        let spec = LayoutSpec {
+            time_bits: Some(t),
+            worker_bits: Some(53 - t - s),
+            seq_bits: Some(s),
+            ..LayoutSpec::of(Scheme::Js53)
+        };
+        let layout = spec.load_shape().expect("53 bits");
+        let fields = fields_for(&layout, raw);
+        let id = layout.encode_u64(&fields).expect("fields that fit");
+        prop_assert!(id <= JS_MAX_SAFE_INTEGER);
+        prop_assert_eq!(layout.decode(u128::from(id)), Ok(fields));
+    }
 }
