@@ -199,6 +199,14 @@ pub enum IdCommand {
         /// XXXX-XXXX-XXXX-XXXX for rongcloud) or, for uuidv7 and rongcloud, a decimal number.
         id: String,
     },
+    /// The layout of every scheme (or of SCHEME): bit fields, largest id and whether it is
+    /// JavaScript-safe (at most 2^53 - 1), worker ids, ids/s per worker and years of life.
+    /// Loads `[ids.schemes]` as the AllocSvrs do (a scheme they would refuse is an error);
+    /// needs no server and no certificate.
+    Layout {
+        /// A scheme name from the cluster config's `[ids.schemes]` (default: all of them).
+        scheme: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

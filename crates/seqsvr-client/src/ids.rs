@@ -57,7 +57,7 @@ const ATTEMPT_TIMEOUT_MAX: Duration = Duration::from_secs(3);
 /// How long a route table refresh between two rounds may take.
 const REFRESH_TIMEOUT_MAX: Duration = Duration::from_millis(500);
 
-/// One id: 64 bits (snowflake, uid-generator, weibo) or 128 bits (uuidv7).
+/// One id: 64 bits (snowflake, uid-generator, weibo; js53's 53 bits too) or 128 bits (uuidv7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Id {
     U64(u64),
@@ -2229,6 +2229,11 @@ mod tests {
                 Scheme::UuidV7,
                 Fields { time: NOW_MS, sequence: 1, rand: (5 << 46) | 99, ..Fields::default() },
             ),
+            // The last ms of its life: the largest id, 2^53 - 1.
+            (
+                Scheme::Js53,
+                Fields { time: (1 << 41) - 1, worker: 31, sequence: 127, ..Fields::default() },
+            ),
         ];
         for (scheme, fields) in cases {
             let layout = layout(scheme);
@@ -2253,6 +2258,11 @@ mod tests {
         for text in ["", "abc", "-1", "9223372036854775808", "1.5"] {
             assert!(decode(&snowflake, text).is_err(), "{text:?}");
         }
+        // 2^53: above every js53 id (JavaScript's Number.MAX_SAFE_INTEGER is 2^53 - 1).
+        let js53 = layout(Scheme::Js53);
+        let err = decode(&js53, "9007199254740992").unwrap_err();
+        assert!(err.to_string().contains("more than 53 bits"), "{err}");
+        assert_eq!(decode(&js53, "9007199254740991").unwrap().id, (1 << 53) - 1);
         let uuid = layout(Scheme::UuidV7);
         // Version 4, and a decimal number whose version bits are not 7.
         assert!(decode(&uuid, "017f22e2-79b0-4cc3-98c4-dc0c0c07398f").is_err());

@@ -1,15 +1,18 @@
 //! Globally unique ids (issue 10), by the names of the cluster config's `[ids.schemes]`:
 //! `id next` asks any AllocSvr's `IdService` (through the SDK's `IdClient`: round-robin, the
 //! next AllocSvr on a transient failure); `id decode` reads an id's fields from the config's
-//! layout alone, with no server and no certificate.
+//! layout alone, with no server and no certificate; `id layout` shows what each scheme's ids
+//! are made of, how fast a worker issues them, how long they last and whether they are
+//! JavaScript-safe, from the config alone too.
 
 use crate::ctx::Ctx;
 use crate::error::{CtlError, Exit};
-use crate::render::{self, Row, View};
+use crate::render::{self, opt, Row, View};
 use seqsvr_client::ids::{self as ids_sdk, DecodedId, IdClient, Ids, SchemeLookupError};
 use seqsvr_client::ids::{Session, SessionId};
-use seqsvr_core::config::ClusterConfig;
-use seqsvr_core::idscheme::{Layout, Part, Scheme};
+use seqsvr_core::config::{ClusterConfig, IdSchemeConfig};
+use seqsvr_core::ids::SetId;
+use seqsvr_core::idscheme::{self, Layout, Part, Scheme};
 use serde::Serialize;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -22,7 +25,7 @@ use tabled::Tabled;
 pub struct NewIds {
     /// The name in `[ids.schemes]`.
     pub scheme: String,
-    /// Its layout (snowflake, uid-generator, weibo, uuidv7).
+    /// Its layout (snowflake, uid-generator, weibo, uuidv7, js53).
     pub kind: String,
     pub worker_id: u64,
     pub ids: Vec<String>,
@@ -154,8 +157,7 @@ fn scheme_layout(
         SchemeLookupError::NotConfigured { configured, .. } if configured.is_empty() => {
             CtlError::usage(
                 format!("no id scheme {name:?}: the cluster config {path} has no [ids.schemes]"),
-                "add one, e.g. `[ids.schemes.orders]` with `scheme = \"snowflake\"` (see \
-                 config/cluster.toml), and restart the AllocSvrs with it",
+                NO_SCHEMES_HINT,
             )
         }
         SchemeLookupError::NotConfigured { configured, .. } => CtlError::usage(
@@ -168,6 +170,10 @@ fn scheme_layout(
         ),
     })
 }
+
+const NO_SCHEMES_HINT: &str = "add one, e.g. `[ids.schemes.orders]` with `scheme = \"snowflake\"` \
+     (or `scheme = \"js53\"` for JavaScript-safe ids; see config/cluster.toml), and restart the \
+     AllocSvrs with it";
 
 /// The cluster config without setting up TLS: `id decode` dials nothing, so it must not need
 /// the client certificate that [`Ctx::config`] asks for when the file has `[tls]`.
@@ -200,8 +206,8 @@ fn decode_view(
     let decoded = ids_sdk::decode(&layout, id).map_err(|e| {
         CtlError::usage(
             format!("{id:?} is not an id of scheme {name:?} ({}): {e}", layout.scheme()),
-            "give its text form (decimal for snowflake, uid-generator and weibo; the 8-4-4-4-12 \
-             hex form for uuidv7; XXXX-XXXX-XXXX-XXXX for rongcloud) or, for uuidv7 and \
+            "give its text form (decimal for snowflake, uid-generator, weibo and js53; the \
+             8-4-4-4-12 hex form for uuidv7; XXXX-XXXX-XXXX-XXXX for rongcloud) or, for uuidv7 and \
              rongcloud, the id as a decimal number",
         )
     })?;
@@ -213,6 +219,103 @@ pub fn decode(ctx: &Ctx, scheme: &str, id: &str) -> Result<Exit, CtlError> {
     let config = config_without_tls(ctx)?;
     let view = decode_view(&config, &ctx.config_path, scheme, id, now_ms())?;
     render::emit(ctx.json, &view)?;
+    Ok(Exit::Ok)
+}
+
+/// One scheme of `id layout`: what its ids are made of, how fast one worker issues them, how
+/// long they last. `--json`: an array of these objects.
+#[derive(Debug, Serialize, Tabled)]
+#[tabled(rename_all = "SCREAMING_SNAKE_CASE")]
+pub struct LayoutRow {
+    /// The name in `[ids.schemes]`.
+    pub scheme: String,
+    /// Its layout (snowflake, uid-generator, weibo, rongcloud, uuidv7, js53).
+    pub kind: String,
+    /// The bit fields, most significant first.
+    pub bits: String,
+    /// The largest id of the layout's whole life (its last time unit, every other field at its
+    /// largest), in its text form (a string: it may not fit a JSON reader's doubles).
+    pub max_id: String,
+    /// Every id of the layout's life is at most 2^53 - 1, exact as a JavaScript number.
+    pub js_safe: bool,
+    /// Worker ids in all, and each set's share (none for rongcloud: one issuer per section).
+    #[tabled(display = "opt")]
+    pub workers: Option<u64>,
+    #[tabled(display = "opt")]
+    pub workers_per_set: Option<u64>,
+    /// Ids one worker id issues per second while the clock keeps up (rongcloud: one section,
+    /// all its sessions); bursts borrow later time units up to `ids.max_ahead_ms`.
+    pub ids_per_s_per_worker: u64,
+    /// How long the time field lasts, to a tenth of a year: from `epoch` until `until`.
+    #[tabled(display = "tenths")]
+    pub years: f64,
+    pub epoch: String,
+    pub until: String,
+}
+
+impl Row for LayoutRow {}
+
+/// A value already rounded to tenths, as JSON writes it (`34.0`, `69.7`).
+fn tenths(value: &f64) -> String {
+    format!("{value:.1}")
+}
+
+impl LayoutRow {
+    fn new(name: &str, layout: &Layout, scheme: &IdSchemeConfig) -> LayoutRow {
+        let max_id = layout.max_id();
+        let bits: Vec<String> = layout.parts().iter().map(|(p, w)| format!("{p} {w}")).collect();
+        let workers = Some(idscheme::worker_ids(layout)).filter(|&n| n > 0);
+        let per_set = scheme.worker_pool(layout, SetId(0)).ok().map(|pool| pool.end - pool.start);
+        LayoutRow {
+            scheme: name.to_string(),
+            kind: layout.scheme().to_string(),
+            bits: bits.join(" + "),
+            max_id: layout.format(max_id).unwrap_or_else(|_| max_id.to_string()),
+            js_safe: layout.js_safe(),
+            workers,
+            workers_per_set: per_set.filter(|_| workers.is_some()),
+            ids_per_s_per_worker: layout.ids_per_second(),
+            years: (layout.lifetime_years() * 10.0).round() / 10.0,
+            epoch: idscheme::rfc3339_ms(layout.epoch_ms()),
+            until: idscheme::rfc3339_ms(layout.runs_out_at_ms()),
+        }
+    }
+}
+
+/// The rows of `id layout`: every scheme of `config` (or only `only`), loaded at `now_ms` as
+/// the AllocSvrs load them, so a scheme they would refuse (widths, run out, two of one shape,
+/// a set without worker ids) is an error here too.
+fn layout_rows(
+    config: &ClusterConfig,
+    path: &Path,
+    only: Option<&str>,
+    now_ms: u64,
+) -> Result<Vec<LayoutRow>, CtlError> {
+    if let Some(name) = only {
+        scheme_layout(config, path, name, now_ms)?;
+    } else if config.ids.schemes.is_empty() {
+        let path = path.display();
+        let what = format!("the cluster config {path} has no [ids.schemes]");
+        return Err(CtlError::usage(what, NO_SCHEMES_HINT));
+    }
+    let loaded = config.ids.load(now_ms, &config.sets).map_err(|e| {
+        CtlError::usage(
+            format!("the cluster config {}: {e}", path.display()),
+            "fix the scheme's layout in [ids.schemes] (the AllocSvrs refuse it too)",
+        )
+    })?;
+    Ok(loaded
+        .iter()
+        .filter(|(name, _)| only.is_none_or(|only| only == name.as_str()))
+        .map(|(name, (layout, scheme))| LayoutRow::new(name, layout, scheme))
+        .collect())
+}
+
+/// `id layout [SCHEME]`: pure, from the cluster config's `[ids.schemes]`.
+pub fn layout(ctx: &Ctx, scheme: Option<&str>) -> Result<Exit, CtlError> {
+    let config = config_without_tls(ctx)?;
+    let rows = layout_rows(&config, &ctx.config_path, scheme, now_ms())?;
+    render::emit(ctx.json, &rows)?;
     Ok(Exit::Ok)
 }
 
@@ -403,6 +506,75 @@ mod tests {
         ));
         assert!(parse(&["id", "next", "orders", "--count", "0"]).is_err(), "count 0");
         assert!(parse(&["id", "decode", "orders"]).is_err(), "the id is required");
+        let cli = parse(&["id", "layout"]).unwrap();
+        assert!(matches!(cli.command, Command::Id(IdCommand::Layout { scheme: None })));
+        let cli = parse(&["id", "layout", "web"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Id(IdCommand::Layout { scheme: Some(s) }) if s == "web"
+        ));
+    }
+
+    const JS53: &str = "[ids.schemes.web]\nscheme = \"js53\"\n";
+
+    /// `id layout` beside the 63-bit ones: js53's largest id is 2^53 - 1 (JavaScript-safe),
+    /// 128 000 ids/s per worker, 32 worker ids (4 per set), 69.7 years; snowflake's largest is
+    /// 2^63 - 1 (not JavaScript-safe), 4 096 000 ids/s per worker. Table and JSON agree.
+    #[test]
+    fn layout_shows_rates_lives_and_javascript_safety() {
+        let with_js53 = config(&format!("{SCHEMES}{JS53}"), "");
+        let rows = layout_rows(&with_js53, path(), None, NOW_MS).unwrap();
+        let names: Vec<&str> = rows.iter().map(|r| r.scheme.as_str()).collect();
+        assert_eq!(names, ["events", "feed", "orders", "web"]);
+        let json = serde_json::to_value(&rows).unwrap();
+        assert_eq!(
+            json[3],
+            serde_json::json!({
+                "scheme": "web",
+                "kind": "js53",
+                "bits": "time 41 + worker 5 + sequence 7",
+                "max_id": "9007199254740991",
+                "js_safe": true,
+                "workers": 32,
+                "workers_per_set": 4,
+                "ids_per_s_per_worker": 128_000,
+                "years": 69.7,
+                "epoch": "2025-01-01T00:00:00.000Z",
+                "until": "2094-09-07T15:47:35.552Z",
+            })
+        );
+        let orders = &json[2];
+        assert_eq!(orders["bits"], "sign 1 + time 41 + worker 10 + sequence 12");
+        assert_eq!(orders["max_id"], "9223372036854775807");
+        assert_eq!(
+            (&orders["js_safe"], &orders["ids_per_s_per_worker"]),
+            (&false.into(), &4_096_000.into())
+        );
+        assert_eq!(json[0]["max_id"], "ffffffff-ffff-7fff-bfff-ffffffffffff");
+        assert!(rows.iter().filter(|r| r.scheme != "web").all(|r| !r.js_safe));
+        crate::render::assert_table_matches_json(&rows);
+
+        let only = layout_rows(&with_js53, path(), Some("web"), NOW_MS).unwrap();
+        assert_eq!(only.len(), 1);
+        assert_eq!(only[0].scheme, "web");
+        let err = layout_rows(&with_js53, path(), Some("webb"), NOW_MS).unwrap_err();
+        assert!(err.what.contains("no id scheme \"webb\""), "{err}");
+        let err = layout_rows(&config("", ""), path(), None, NOW_MS).unwrap_err();
+        assert!(err.what.contains("has no [ids.schemes]"), "{err}");
+    }
+
+    /// A js53 scheme whose widths could pass 2^53 - 1 is refused as the AllocSvrs refuse it,
+    /// naming the widths and their sum.
+    #[test]
+    fn layout_refuses_js53_widths_above_53_bits() {
+        let wide = "[ids.schemes.web]\nscheme = \"js53\"\nworker_bits = 6\n";
+        let config = config(&format!("{SCHEMES}{wide}"), "");
+        let err = layout_rows(&config, path(), None, NOW_MS).unwrap_err();
+        assert!(
+            err.what.contains("ids.schemes.web: js53: the widths (time 41 + worker 6 + sequence 7) sum to 54 bits"),
+            "{err}"
+        );
+        assert_eq!(err.exit, Exit::NoAnswer);
     }
 
     /// A snowflake id built by hand (time 1, worker 2, sequence 3 = 1 << 22 | 2 << 12 | 3):

@@ -89,6 +89,7 @@ async fn once(ctx: &Ctx, command: Command) -> Result<Exit, CtlError> {
             id::next(ctx, &scheme, count, business, session).await
         }
         Command::Id(IdCommand::Decode { scheme, id }) => id::decode(ctx, &scheme, &id),
+        Command::Id(IdCommand::Layout { scheme }) => id::layout(ctx, scheme.as_deref()),
         Command::Route => alloc::route(ctx).await,
         Command::Leases => alloc::leases(ctx).await,
         Command::Section(SectionCommand::Move { section, to, count }) => {
