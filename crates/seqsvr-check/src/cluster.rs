@@ -172,7 +172,7 @@ fn use_admin_identity(tls: &TlsConfig) {
     seqsvr_client::tls::set_process_tls(admin);
 }
 
-/// The id schemes every test cluster serves: each of the five, under its own name, with
+/// The id schemes every test cluster serves: each of the six, under its own name, with
 /// `uid-generator` on a 2025 epoch (its default one ran out in 2024) and 30 bits of seconds.
 /// [`Cluster::start`] routes `rongcloud`'s sessions over the uids of every set.
 pub fn test_ids_config() -> seqsvr_core::config::IdsConfig {
@@ -180,7 +180,9 @@ pub fn test_ids_config() -> seqsvr_core::config::IdsConfig {
     use seqsvr_core::idscheme::Scheme;
     let plain = IdSchemeConfig::of;
     let mut schemes = BTreeMap::new();
-    for scheme in [Scheme::Snowflake, Scheme::Weibo, Scheme::UuidV7, Scheme::RongCloud] {
+    for scheme in
+        [Scheme::Snowflake, Scheme::Weibo, Scheme::UuidV7, Scheme::RongCloud, Scheme::Js53]
+    {
         schemes.insert(scheme.name().to_string(), plain(scheme));
     }
     schemes.insert(

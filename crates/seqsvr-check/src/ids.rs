@@ -16,7 +16,8 @@
 //!   is above the one before it;
 //! - each answer is well formed: as many ids as asked for, each decodes with the layout, and
 //!   each carries the worker id the answer names (`rongcloud`: the answer names worker 0 and
-//!   each id carries the session asked for).
+//!   each id carries the session asked for). Decoding checks the id's width, so every `js53` id
+//!   got is at most 2^53 − 1 (JavaScript-safe) or the answer is malformed.
 //!
 //! `weibo` ids of one worker are compared with the business field zeroed: the AllocSvr keeps one
 //! generator per worker id (one `(time, sequence)` stamp that only grows), and the business
@@ -150,14 +151,14 @@ pub enum IdOutcome {
 }
 
 impl IdOutcome {
-    /// Reads an answer of a `scheme` call: the 64-bit schemes answer in `ids64_packed` or `ids`
-    /// (8 big-endian bytes each, or a varint each), `uuidv7` and
+    /// Reads an answer of a `scheme` call: the 64-bit schemes and `js53` answer in
+    /// `ids64_packed` or `ids` (8 big-endian bytes each, or a varint each), `uuidv7` and
     /// `rongcloud` in `ids128_packed` or `ids128` (16 bytes each, big-endian). Anything else is
     /// [`IdOutcome::Malformed`], never a panic: the answer is network input.
     pub fn of_answer(scheme: Scheme, answer: &pb::NextIdsResponse) -> IdOutcome {
         let malformed = |reason: String| IdOutcome::Malformed { reason };
         match scheme.id_bits() {
-            64 => {
+            53 | 64 => {
                 let wide = seqsvr_proto::ids128_count(answer);
                 if wide != 0 {
                     return malformed(format!(
@@ -731,7 +732,7 @@ mod tests {
     const NOW_MS: u64 = 1_750_000_000_000;
 
     fn layouts() -> BTreeMap<String, Layout> {
-        [Scheme::Snowflake, Scheme::Weibo, Scheme::UuidV7, Scheme::RongCloud]
+        [Scheme::Snowflake, Scheme::Weibo, Scheme::UuidV7, Scheme::RongCloud, Scheme::Js53]
             .into_iter()
             .map(|s| (s.name().to_string(), LayoutSpec::of(s).load(NOW_MS).unwrap()))
             .collect()
@@ -1019,6 +1020,29 @@ mod tests {
             ..ok(SF, 3, 0, 1, vec![])
         };
         assert_eq!(kinds(&check(&[m], &layouts)), vec![IdViolationKind::Malformed]);
+    }
+
+    /// `js53` answers in 64-bit ids; one above 2^53 - 1 (not JavaScript-safe) is malformed.
+    #[test]
+    fn js53_ids_above_2_pow_53_are_violations() {
+        const JS: Scheme = Scheme::Js53;
+        let mut answer = pb::NextIdsResponse { worker_id: 3, ..Default::default() };
+        let fine = [id(JS, 3, 100, 0), id(JS, 3, 100, 1)];
+        seqsvr_proto::put_ids64(&mut answer, fine.iter().map(|&i| i as u64), true);
+        let outcome = IdOutcome::of_answer(JS, &answer);
+        assert_eq!(outcome, IdOutcome::Ok { worker_id: 3, ids: fine.to_vec() });
+        let ok_call = IdCall { outcome, ..ok(JS, 3, 0, 1, fine.to_vec()) };
+        let r = check(&[ok_call], &layouts());
+        assert!(r.violations.is_empty(), "{:#?}", r.violations);
+        // The same worker id and stamp with bit 53 set: above Number.MAX_SAFE_INTEGER.
+        let above = fine[1] | (1 << 53);
+        let r = check(&[ok(JS, 3, 2, 3, vec![above])], &layouts());
+        assert_eq!(kinds(&r), vec![IdViolationKind::Malformed], "{:#?}", r.violations);
+        assert!(
+            r.violations[0].message.contains("more than 53 bits"),
+            "{}",
+            r.violations[0].message
+        );
     }
 
     #[test]

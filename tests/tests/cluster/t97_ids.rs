@@ -11,7 +11,7 @@ use seqsvr_proto::v1 as pb;
 use std::collections::BTreeSet;
 use tonic::Code;
 
-const SERVED: [&str; 4] = ["snowflake", "uid-generator", "weibo", "uuidv7"];
+const SERVED: [&str; 5] = ["snowflake", "uid-generator", "weibo", "uuidv7", "js53"];
 
 /// Waits until the AllocSvr at `addr` answers `NextIds` for `scheme` (it has a lease and a
 /// worker id); answers its worker id.
@@ -39,6 +39,10 @@ async fn every_scheme_is_served_unique_and_ordered_per_worker_id() {
             for addr in [&a, &b] {
                 let (_, ids) = rec.served_ids(addr, scheme, 100, business).await;
                 assert_eq!(ids.len(), 100);
+                if scheme == "js53" {
+                    let safe = u128::from(seqsvr_core::idscheme::JS_MAX_SAFE_INTEGER);
+                    assert!(ids.iter().all(|&id| id <= safe), "js53 above 2^53 - 1: {ids:?}");
+                }
             }
         }
     }
@@ -124,7 +128,7 @@ async fn every_scheme_is_served_unique_and_ordered_per_worker_id() {
         .filter(|w| w.alloc_id != 0)
         .map(|w| (w.scheme.clone(), w.worker_id))
         .collect();
-    assert_eq!(held.len(), 8, "4 schemes × 2 AllocSvrs: {:?}", leases.workers);
+    assert_eq!(held.len(), 10, "5 schemes × 2 AllocSvrs: {:?}", leases.workers);
 
     // kill -9 and restart: the new process leases a worker id and issues above everything
     // issued before with it (the checker's G2 across holders).
@@ -137,7 +141,7 @@ async fn every_scheme_is_served_unique_and_ordered_per_worker_id() {
         }
     }
     let report = rec.assert_no_violation();
-    assert!(report.n_ids > 4 * 40 * 100, "{report:?}");
+    assert!(report.n_ids > 5 * 40 * 100, "{report:?}");
 }
 
 /// Worker ids are reused, never exhausted: one AllocSvr restarted (kill -9) 12 times with a

@@ -809,8 +809,8 @@ mod tests {
         let (schemes, layouts) =
             served_schemes(&crate::cluster::test_ids_config(), &[], 7).unwrap();
         let names: Vec<&str> = schemes.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(names, ["rongcloud", "snowflake", "uid-generator", "uuidv7", "weibo"]);
-        assert_eq!(schemes[0].sessions.len(), SESSIONS);
+        assert_eq!(names, ["js53", "rongcloud", "snowflake", "uid-generator", "uuidv7", "weibo"]);
+        assert_eq!(schemes[1].sessions.len(), SESSIONS, "rongcloud's sessions");
         let peers: Vec<String> =
             (0..fakes).map(|_| format!("127.0.0.1:{}", crate::cluster::free_port())).collect();
         let mut servers = Vec::new();
