@@ -151,8 +151,9 @@ pub enum Command {
     /// leader records its config's as soon as the set runs (and the set's version allows it).
     /// `max_seq` is kept per section number, so a changed `section_size` or uid range would
     /// move a uid to a section whose `max_seq` may be lower: once recorded, a member whose
-    /// config differs refuses to start, a leader whose config differs serves nothing, and an
-    /// AllocSvr whose config differs from the route table takes no grant. Never overwrites.
+    /// config differs refuses to start, a running one stops when it applies or installs the
+    /// record (`storesvr` `driver/ready.rs`), and an AllocSvr whose config differs from the
+    /// route table takes no grant. Never overwrites.
     /// A command an older build stops on (README "Upgrading").
     RecordLayout { layout: SetLayout },
 }

@@ -374,7 +374,30 @@ impl TlsSetup {
                 cert.display()
             );
         }
-        Ok(())
+        self.check_peers_name_their_node(set)
+    }
+
+    /// Every other peer entry of this member's set must name its node too: this member refuses
+    /// every Raft batch from a peer whose entry has none (`authz.rs::require_own_node`), so
+    /// starting would take it out of the set's quorum one restarted member at a time (a half-made
+    /// file during a rolling upgrade). The upgrade order of README "Upgrading" gives each
+    /// upgraded StoreSvr the new file, `node` on every peer entry, so it never meets this; the
+    /// older builds keep the old file. Peers of other sets are not this member's to hear.
+    fn check_peers_name_their_node(&self, set: SetId) -> anyhow::Result<()> {
+        let nameless: Vec<&str> = (self.config.identities.iter())
+            .filter(|(_, e)| e.role() == Role::Peer && e.set() == Some(set) && e.node().is_none())
+            .map(|(name, _)| name.as_str())
+            .collect();
+        if nameless.is_empty() {
+            return Ok(());
+        }
+        anyhow::bail!(
+            "[tls.identities]: the peer entries {nameless:?} of set {set} name no node: this \
+             member would refuse every Raft batch they send (a file only half upgraded; starting \
+             on it could lose the set's quorum). Add `node = N` to each, N the member its \
+             certificate is, as `seqctl certs init` writes them; give the processes of older \
+             builds the file without `node` (README \"Upgrading\")"
+        );
     }
 
     /// Secure by default: without `[tls]` a server refuses to start unless told `insecure`

@@ -766,6 +766,34 @@ fn a_member_must_present_the_identity_of_its_own_node() {
     );
 }
 
+/// A member whose own entry names its node, but whose file lists another peer of its set
+/// without one (half of a rolling upgrade's new file), does not start: it would refuse every
+/// Raft batch that peer sends. The message names the entry. A peer of another set without a
+/// node is not its concern. Fails without `TlsSetup::check_peers_name_their_node`.
+#[test]
+fn a_member_does_not_start_while_a_peer_of_its_set_names_no_node() {
+    let ca = ca("cluster");
+    let dir = Dir::one_ca(&ca, &ca.server("store-0-1"));
+    let with_file = |file: &str| {
+        let config = ClusterConfig::from_toml_str(file).expect("a peer entry without node parses");
+        TlsSetup { config: Arc::new(config.tls.unwrap()), files: dir.files(), kind: STORE0 }
+    };
+    let half = SETS.replace(
+        r#""store-0-2" = { role = "peer", set = 0, node = 2 }"#,
+        r#""store-0-2" = { role = "peer", set = 0 }"#,
+    );
+    let err = with_file(&half).check_member_identity(SetId(0), seqsvr_core::ids::NodeId(1));
+    let err = err.expect_err("a peer of its set names no node").to_string();
+    assert!(err.contains("\"store-0-2\"") && err.contains("node = N"), "{err}");
+    let other_set = SETS.replace(
+        r#""store-1-1" = { role = "peer", set = 1, node = 1 }"#,
+        r#""store-1-1" = { role = "peer", set = 1 }"#,
+    );
+    with_file(&other_set)
+        .check_member_identity(SetId(0), seqsvr_core::ids::NodeId(1))
+        .expect("another set's peers are not this member's to hear");
+}
+
 /// Secure by default: no `[tls]` and no `--insecure` is a refusal to start, naming both ways
 /// out; `--insecure` with `[tls]` is refused as contradictory.
 #[test]

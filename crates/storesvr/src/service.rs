@@ -184,6 +184,8 @@ pub fn to_status(error: RequestError) -> Status {
         RequestError::ClockAhead(why) => Status::unavailable(why),
         RequestError::CommandsVersion(why) => Status::unavailable(why),
         RequestError::Precondition(why) => Status::failed_precondition(why),
+        // As `NoFreeWorker`: the AllocSvr passes it on to its client as it is.
+        RequestError::WorkerShare(why) => Status::resource_exhausted(why),
         RequestError::OutcomeUnknown => Status::unavailable(
             "this member caught up by snapshot before the proposal was seen applying: it may or \
              may not have applied; retry (every store command is idempotent or fenced)",

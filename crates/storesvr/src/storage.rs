@@ -90,6 +90,15 @@ pub enum StorageFault {
          `--initial-cluster-state existing`, then `seqctl store add-learner` and `promote`."
     )]
     Damaged { path: PathBuf, wal_files: String, source: rocksdb::Error },
+    /// The set recorded a layout (`Command::RecordLayout`) other than this member's cluster
+    /// file's, learned while running (the record applied, or came in a snapshot): the member
+    /// stops, as it refuses to start on it (`Driver::new`). Not a fault of the disk, but of the
+    /// same weight: it must take no further part in the set (no vote, no leadership, no answer).
+    #[error(
+        "refusing to run: {why}. This member stopped (it no longer votes, leads or answers); \
+         it refuses to start until its cluster file is restored"
+    )]
+    LayoutMismatch { why: String },
 }
 
 /// In-memory encodes of our own records cannot fail; if one did, writing empty bytes to disk

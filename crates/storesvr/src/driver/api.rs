@@ -39,7 +39,8 @@ pub struct DriverConfig {
     pub max_reserve_ahead_ms: u64,
     /// How this member's cluster config maps uids to sections: recorded by the leader as soon
     /// as the set's version allows (`Command::RecordLayout`); once recorded, a member whose
-    /// layout differs refuses to start and, running, serves nothing. `None`: neither recorded
+    /// layout differs refuses to start, and a running one stops with a fault the moment it
+    /// applies or installs the record (`ready.rs`). `None`: neither recorded
     /// nor checked (the driver's tests, whose log indexes would count the record).
     pub layout: Option<seqsvr_core::store::SetLayout>,
     /// The commands version this member applies and reports to its peers: always
@@ -105,6 +106,11 @@ pub enum RequestError {
          {max})"
     )]
     TooManyRegistrations { identity: String, current: usize, max: usize, addrs: String },
+    /// A worker lease refused before it was proposed: the identity holds its share of the
+    /// scheme's worker ids, and the free ones are owed to other identities
+    /// (`worker_share.rs`).
+    #[error("{0}")]
+    WorkerShare(String),
 }
 
 /// A lease grant for one heartbeat.
@@ -384,32 +390,6 @@ pub enum Input {
         messages: Vec<Message>,
     },
     Peer(PeerReport),
-}
-
-impl Input {
-    /// Answers `error` to a request that serves values or ownership (advances, heartbeats,
-    /// loads, reads, route tables, moves, registrations, worker ids and time reservations);
-    /// gives back the others (Raft traffic, membership, status, leadership transfer, release,
-    /// drain), which a member refusing to serve must still handle.
-    pub(crate) fn refuse(self, error: RequestError) -> Result<(), Input> {
-        fn answer<T>(reply: Reply<T>, error: RequestError) -> Result<(), Input> {
-            let _ = reply.send(Err(error));
-            Ok(())
-        }
-        match self {
-            Input::Advance { reply, .. } => answer(reply, error),
-            Input::Register { reply, .. } => answer(reply, error),
-            Input::Heartbeat { reply, .. } => answer(reply, error),
-            Input::Load { reply, .. } => answer(reply, error),
-            Input::Route { reply } => answer(reply, error),
-            Input::Move { reply, .. } => answer(reply, error),
-            Input::AcquireWorker { reply, .. } => answer(reply, error),
-            Input::ReserveTime { reply, .. } => answer(reply, error),
-            Input::ReserveSessionTime { reply, .. } => answer(reply, error),
-            Input::Read { reply, .. } => answer(reply, error),
-            other => Err(other),
-        }
-    }
 }
 
 /// The gRPC side's handle on the driver.

@@ -84,6 +84,12 @@ pub(super) struct Network {
     pub(super) snapshots_to: BTreeMap<u64, usize>,
     /// The set's initial voters (what `Bootstrap::NewSet` creates).
     pub(super) voters: Vec<(NodeId, String)>,
+    /// Members a test lets stop on a fault ([`Network::allow_stop`]); any other fault fails the
+    /// test.
+    may_stop: BTreeSet<u64>,
+    /// Members stopped by a fault, with its message: a process that exited. A stopped member
+    /// handles, ticks and sends nothing more; messages to it are lost.
+    stopped: BTreeMap<u64, String>,
 }
 
 /// The configuration of member `id` of an `n`-member test set.
@@ -140,7 +146,14 @@ impl Network {
                 (id, Member { driver, outbox, addr: addr(id), _dir: dir })
             })
             .collect();
-        Network { members, cut: BTreeSet::new(), snapshots_to: BTreeMap::new(), voters }
+        Network {
+            members,
+            cut: BTreeSet::new(),
+            snapshots_to: BTreeMap::new(),
+            voters,
+            may_stop: BTreeSet::new(),
+            stopped: BTreeMap::new(),
+        }
     }
 
     /// Member `id` loses its data dir and restarts empty, as `--initial-cluster-state existing`
@@ -149,13 +162,28 @@ impl Network {
         self.wipe_and_open(id, &Bootstrap::Join);
     }
 
+    /// As [`Network::wipe`], with its configuration changed by `change`.
+    pub(super) fn wipe_with(&mut self, id: u64, change: impl Fn(&mut DriverConfig)) {
+        self.wipe_open_with(id, &Bootstrap::Join, change);
+    }
+
     /// Member `id` loses its data dir and restarts from `bootstrap` (`NewSet`: wrongly started
     /// with `--initial-cluster-state new` while no peer answered).
     pub(super) fn wipe_and_open(&mut self, id: u64, bootstrap: &Bootstrap) {
+        self.wipe_open_with(id, bootstrap, |_| {});
+    }
+
+    fn wipe_open_with(
+        &mut self,
+        id: u64,
+        bootstrap: &Bootstrap,
+        change: impl Fn(&mut DriverConfig),
+    ) {
         let n = self.members.len() as u64;
         let member = self.members.get_mut(&id).expect("a member");
         let dir = tempfile::tempdir().expect("temp dir");
-        let config = test_config(id, n);
+        let mut config = test_config(id, n);
+        change(&mut config);
         let identity = Identity { set_id: config.set_id, node_id: config.node_id };
         let storage = NodeStorage::open(dir.path(), identity, bootstrap).expect("open storage");
         let outbox = MemOutbox::default();
@@ -225,15 +253,39 @@ impl Network {
         !self.cut.contains(&(a.min(b), a.max(b)))
     }
 
-    /// The Ready step of one member (the loop runs it after every batch of inputs and ticks).
-    pub(super) fn ready(&mut self, id: u64) {
-        self.driver(id).on_ready().expect("no storage fault");
+    /// Lets member `id` stop on a fault (which the test then reads with [`Network::stopped`]).
+    pub(super) fn allow_stop(&mut self, id: u64) {
+        self.may_stop.insert(id);
     }
 
-    /// Hands `input` to member `id` and runs its Ready (what it sends stays queued).
+    /// The fault member `id` stopped on, if it did.
+    pub(super) fn stopped(&self, id: u64) -> Option<&str> {
+        self.stopped.get(&id).map(String::as_str)
+    }
+
+    fn running(&self, id: u64) -> bool {
+        !self.stopped.contains_key(&id)
+    }
+
+    /// The Ready step of one member (the loop runs it after every batch of inputs and ticks).
+    /// A fault ends the member, as it ends the driver's loop and the process.
+    pub(super) fn ready(&mut self, id: u64) {
+        if !self.running(id) {
+            return;
+        }
+        if let Err(fault) = self.driver(id).on_ready() {
+            assert!(self.may_stop.contains(&id), "member {id} stopped on a fault: {fault}");
+            self.stopped.insert(id, fault.to_string());
+        }
+    }
+
+    /// Hands `input` to member `id` and runs its Ready (what it sends stays queued). A stopped
+    /// member drops it.
     pub(super) fn send(&mut self, id: u64, input: Input) {
-        self.driver(id).handle(input);
-        self.ready(id);
+        if self.running(id) {
+            self.driver(id).handle(input);
+            self.ready(id);
+        }
     }
 
     /// One hop: every message queued now goes to its receiver (or is dropped on a cut link, which
@@ -251,7 +303,7 @@ impl Network {
         for ((from, to), messages) in batches {
             let snapshot = messages.iter().any(|m| m.get_msg_type() == MessageType::MsgSnapshot);
             let mut reports = Vec::new();
-            if self.connected(from, to) && self.members.contains_key(&to) {
+            if self.connected(from, to) && self.members.contains_key(&to) && self.running(to) {
                 let sender = &self.members[&from];
                 let input = Input::Raft {
                     from_addr: sender.addr.clone(),
@@ -270,6 +322,9 @@ impl Network {
                 if snapshot {
                     reports.push(PeerReport::Snapshot { to: NodeId(to), delivered: false });
                 }
+            }
+            if !self.running(from) {
+                continue;
             }
             for report in reports {
                 self.driver(from).handle(Input::Peer(report));
@@ -294,8 +349,10 @@ impl Network {
     /// One tick of each of `ids` (with its Ready), then delivery until quiet.
     pub(super) fn tick(&mut self, ids: &[u64]) {
         for &id in ids {
-            self.driver(id).on_tick();
-            self.ready(id);
+            if self.running(id) {
+                self.driver(id).on_tick();
+                self.ready(id);
+            }
         }
         self.settle();
     }

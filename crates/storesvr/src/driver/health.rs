@@ -5,7 +5,6 @@ use super::api::{NodeStatus, RequestError, Role, Serving};
 use super::Driver;
 use raft::StateRole;
 use seqsvr_core::ids::NodeId;
-use seqsvr_core::store::SetLayout;
 use seqsvr_core::teeth::Tooth;
 use std::time::Instant;
 
@@ -57,14 +56,7 @@ impl Driver {
     /// one (check_quorum makes a leader without a quorum step down within that time).
     fn serving_now(&self) -> Serving {
         let raft = &self.node.raft;
-        let recorded = self.node.store().state().control().layout;
-        let layout_differs = (self.config.layout.as_ref())
-            .is_some_and(|ours| SetLayout::mismatch(recorded.as_ref(), ours).is_some());
         let (serving, reason) = match raft.state {
-            // It answers nothing that serves (`Driver::handle`): health says so, with the reason.
-            _ if layout_differs => {
-                (false, "this member's cluster file maps uids otherwise than the set recorded")
-            }
             StateRole::Leader => {
                 let (heard, voters) = self.voters_heard();
                 if heard > voters / 2 {

@@ -90,9 +90,6 @@ impl Driver {
         if self.proposals.arbiter_in_flight(term) > 0 {
             return;
         }
-        if self.layout_refusal().is_some() {
-            return; // its sections are not the set's: it plans nothing (logged once)
-        }
         let unrecorded = self.node.store().state().control().layout.is_none();
         let agreed = match self.config.layout {
             Some(ours) if unrecorded && self.commands_cover(2) => self.layout_agreed(&ours),
@@ -136,21 +133,14 @@ impl Driver {
         self.log_changed_schemes();
     }
 
-    /// Why this member serves nothing: its config's layout is not the one the set recorded
-    /// (`Command::RecordLayout`); logged once. `None` while they agree or nothing is recorded.
-    pub(super) fn layout_refusal(&mut self) -> Option<String> {
-        let ours = self.config.layout.as_ref()?;
-        let why = SetLayout::mismatch(self.node.store().state().control().layout.as_ref(), ours)?;
-        if !self.changed_layout_logged {
-            tracing::error!("{why}; this member answers no heartbeat, advance or load");
-            self.changed_layout_logged = true;
-        }
-        Some(why)
-    }
-
     /// Whether every member lately reported `ours` as its file's layout (logged, once per
-    /// change, while one did not): the record is made only then.
+    /// change, while one did not): the record is made only then. Never while a membership
+    /// change is pending: a member being added is not in the applied configuration yet, so it
+    /// would not be waited for (as `commands_version_raise`).
     fn layout_agreed(&mut self, ours: &SetLayout) -> bool {
+        if self.node.raft.has_pending_conf() {
+            return false;
+        }
         let others = self.members_with_another_layout(ours, std::time::Instant::now());
         if others.is_empty() {
             return true;
@@ -290,45 +280,6 @@ impl Driver {
         } else {
             Err(RequestError::AllocExpired(alloc))
         }
-    }
-
-    /// May `alloc` take one more worker id of `scheme`? Registrations of one identity may hold
-    /// at most two per current registration of it (an AllocSvr's, and the one its previous
-    /// incarnation holds until its lease is over): re-registering at one address again and again
-    /// must not take the scheme's worker ids (weibo has 4 a set by default) from everyone else.
-    /// Counted from the applied state; acquisitions in flight are not counted.
-    pub(super) fn check_worker_share(
-        &self,
-        alloc: AllocId,
-        scheme: &str,
-    ) -> Result<(), RequestError> {
-        let control = self.node.store().state().control();
-        let Some(identity) = control.allocs.get(&alloc).and_then(|r| r.identity.as_deref()) else {
-            return Ok(()); // plaintext, or not applied here yet (then the apply refuses)
-        };
-        let of_identity = |a: &AllocId| {
-            control.allocs.get(a).is_some_and(|r| r.identity.as_deref() == Some(identity))
-        };
-        let workers = control.workers.get(scheme);
-        let held: Vec<u64> = (workers.into_iter().flatten())
-            .filter(|(_, w)| w.holder.is_some_and(|h| h != alloc && of_identity(&h)))
-            .map(|(&worker, _)| worker)
-            .collect();
-        if workers.into_iter().flatten().any(|(_, w)| w.holder == Some(alloc)) {
-            return Ok(()); // it holds one already: the acquire answers that one
-        }
-        let current =
-            (control.allocs.keys()).filter(|&&a| control.is_current(a) && of_identity(&a)).count();
-        if held.len() < 2 * current.max(1) {
-            return Ok(());
-        }
-        Err(RequestError::Precondition(format!(
-            "identity {identity:?} holds {} worker ids of scheme {scheme:?} already ({held:?}) \
-             through {current} current registration(s) and older ones whose leases have not run \
-             out: at most two per current registration; wait until the old registrations' \
-             leases end (re-registering again and again takes worker ids from other AllocSvrs)",
-            held.len()
-        )))
     }
 
     pub(super) fn leases(&self) -> Result<LeasesView, RequestError> {

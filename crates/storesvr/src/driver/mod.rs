@@ -27,7 +27,8 @@
 //! - `membership`: membership changes, peer addresses, leadership hand-off;
 //! - `leases`: the arbiter of the current term (plans, grants, lease changes);
 //! - `health`: quorum in sight, health, metrics and status;
-//! - `versions`: the commands version gate (what may be proposed during a rolling upgrade).
+//! - `versions`: the commands version gate (what may be proposed during a rolling upgrade);
+//! - `worker_share`: how many worker ids of a scheme one `alloc` identity may hold.
 //!
 //! The driver reaches its peers through an [`Outbox`] (the gRPC [`crate::transport::Transport`],
 //! or the in-memory network of `harness` in tests).
@@ -40,6 +41,7 @@ mod membership;
 mod ready;
 mod replies;
 mod versions;
+mod worker_share;
 
 #[cfg(test)]
 mod harness;
@@ -117,8 +119,6 @@ pub struct Driver {
     /// Id schemes whose config differs from what the set recorded, already logged (one error
     /// line per scheme, not one per arbiter round).
     changed_schemes_logged: std::collections::BTreeSet<String>,
-    /// Whether a layout differing from the recorded one was logged (once, not every tick).
-    changed_layout_logged: bool,
     /// The members with another layout last logged while the record waits for them.
     layout_wait_logged: Option<Vec<String>>,
     /// Time reservations refused as too far ahead since the last log line, and when that was.
@@ -175,7 +175,6 @@ impl Driver {
             metrics: crate::metrics::StoreMetrics::new(),
             published_leader: raft::INVALID_ID,
             changed_schemes_logged: Default::default(),
-            changed_layout_logged: false,
             layout_wait_logged: None,
             clock_refusals: 0,
             clock_refusal_logged: None,
@@ -251,13 +250,6 @@ impl Driver {
 
     /// Handles one input: answers it, or starts what will answer it (a proposal, a read).
     pub(crate) fn handle(&mut self, input: Input) {
-        let input = match self.layout_refusal() {
-            Some(why) => match input.refuse(RequestError::Precondition(why)) {
-                Ok(()) => return,
-                Err(input) => input,
-            },
-            None => input,
-        };
         match input {
             Input::Raft { from_addr, vote_blocked, commands_version, layout, messages } => {
                 self.step_messages(&from_addr, vote_blocked, commands_version, layout, messages)
@@ -348,13 +340,14 @@ impl Driver {
                 // Only to a registration the arbiter still grants: one it found dead gets no
                 // lease, and its worker ids are being freed.
                 let checked = (self.check_not_renamed(&scheme))
-                    .and_then(|()| self.check_worker_share(alloc, &scheme))
+                    .and_then(|()| self.check_worker_share(alloc, &scheme, pool.end - pool.start))
                     .and_then(|()| self.check_may_lease_worker(alloc));
                 if let Err(e) = checked {
                     let _ = reply.send(Err(e));
                     return;
                 }
                 let (pool_begin, pool_end) = (pool.start, pool.end);
+                let scheme_name = scheme.clone();
                 let command = if self.commands_cover(1) {
                     Command::AcquireWorkerAt {
                         alloc,
@@ -372,7 +365,7 @@ impl Driver {
                     // (every holder starts above the id's mark), only less thrifty.
                     Command::AcquireWorker { alloc, scheme, pool_begin, pool_end, layout }
                 };
-                self.propose(command, ProposalReply::Worker(reply));
+                self.propose(command, ProposalReply::Worker { reply, alloc, scheme: scheme_name });
             }
             Input::ReserveTime { reservation, identity, reply } => {
                 let TimeReservation { alloc, scheme, worker, up_to_ms, layout } = reservation;

@@ -11,7 +11,7 @@ use protobuf::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeType, ConfChangeV2, Entry, EntryType};
 use raft::StateRole;
 use seqsvr_core::ids::NodeId;
-use seqsvr_core::store::{Applied, Command};
+use seqsvr_core::store::{Applied, Command, SetLayout};
 use std::time::Instant;
 
 impl Driver {
@@ -47,6 +47,9 @@ impl Driver {
             self.metrics.synced_write.record(write_started.elapsed().as_secs_f64());
         }
         if snapshot.is_some() {
+            // It may carry the set's layout record: a member whose file differs stops here,
+            // before it acknowledges, votes or answers anything under it.
+            self.stop_on_layout_mismatch()?;
             // The snapshot carried the membership: dial whoever it names.
             self.sync_peers();
         }
@@ -223,7 +226,25 @@ impl Driver {
             self.metrics.proposals_failed.increment(1);
             p.reply.answer(index, Err(unapplied_error(unapplied)));
         }
-        Ok(())
+        // A `RecordLayout` just applied (it is durable: a restart refuses to start on it).
+        self.stop_on_layout_mismatch()
+    }
+
+    /// Stops this member (a fault ends the driver, and the process exits non-zero with it)
+    /// when the set's recorded layout is not its cluster file's. `Driver::new` refuses to start
+    /// on it; this covers a member that started before the record existed (added on an empty
+    /// dir, or lagging behind it) and then applied it or installed it by snapshot. Running on
+    /// would be worse than stopping: as leader it would refuse every AllocSvr call and keep its
+    /// leadership (check_quorum and pre-vote see a live leader), so the whole set would lose its
+    /// leases; as follower it would pin callers to itself. Checked at every place the recorded
+    /// layout can change (start, apply, snapshot), so no member ever runs under another layout.
+    fn stop_on_layout_mismatch(&self) -> Result<(), StorageFault> {
+        let Some(ours) = &self.config.layout else { return Ok(()) };
+        let recorded = self.node.store().state().control().layout;
+        match SetLayout::mismatch(recorded.as_ref(), ours) {
+            None => Ok(()),
+            Some(why) => Err(StorageFault::LayoutMismatch { why }),
+        }
     }
 
     /// A tracked proposal answered at apply: committed (its entry applied, whatever the state
@@ -267,15 +288,8 @@ impl Driver {
             .filter(|(_, r)| r.read_index.is_some_and(|i| i <= applied))
             .map(|(&id, _)| id)
             .collect();
-        // Judged again at the answer, not only when the request came: a layout record may
-        // have applied while the ReadIndex was out.
-        let layout_refusal = if ready.is_empty() { None } else { self.layout_refusal() };
         for id in ready {
             let Some(read) = self.reads.remove(&id) else { continue };
-            if let Some(why) = &layout_refusal {
-                read.kind.fail(RequestError::Precondition(why.clone()));
-                continue;
-            }
             let read_index = read.read_index.unwrap_or(applied);
             let state = self.node.store().state();
             match read.kind {

@@ -24,7 +24,13 @@ pub(super) enum ProposalReply {
     Done(Reply<()>),
     Membership(Reply<MembershipDone>),
     Lease(Reply<LeaseConfig>),
-    Worker(Reply<WorkerLease>),
+    /// A worker lease, with whom and what for: leases in flight count toward the holder's
+    /// share (`worker_share.rs`).
+    Worker {
+        reply: Reply<WorkerLease>,
+        alloc: AllocId,
+        scheme: String,
+    },
     HighWater(Reply<u64>),
     SessionMark(Reply<(u64, u64)>),
     /// The arbiter's own proposal: nobody waits, but the round is over when it resolves.
@@ -55,7 +61,7 @@ impl ProposalReply {
             ProposalReply::Done(r) => {
                 let _ = r.send(result.map(|_| ()));
             }
-            ProposalReply::Worker(r) => {
+            ProposalReply::Worker { reply: r, .. } => {
                 let _ = r.send(result.and_then(|a| match a {
                     Applied::Worker { worker, high_water_ms } => {
                         Ok(WorkerLease { worker, high_water_ms })

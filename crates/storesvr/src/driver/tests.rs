@@ -744,50 +744,36 @@ fn only_fresh_reports_of_the_current_term_count_toward_a_raise() {
     assert_eq!(net.driver(1).members_behind(1, now), vec![(3, 1)], "a report of an earlier term");
 }
 
-/// The leader records its config's layout (`section_size`, the set's uid range) once the set
-/// runs, and never again; a leader whose config then differs serves nothing (no registration,
-/// heartbeat, advance or read: a uid would map to another section, whose `max_seq` may be
-/// lower), and a member restarted with another layout refuses to start. Fails without the
-/// `RecordLayout` proposal of `leases.rs::arbitrate`, the refusal in `Driver::handle`, or the
-/// check in `Driver::new`.
-#[test]
-fn a_recorded_layout_refuses_a_member_whose_config_changed_it() {
-    use seqsvr_core::store::SetLayout;
-    let layout = SetLayout { section_size: 10, uid_begin: 0, uid_end: 1_000 };
-    let halved = SetLayout { section_size: 5, ..layout };
-    let mut net = Network::with_config(3, |c| c.layout = Some(layout));
+/// The layout of the layout tests' sets, and the same with `section_size` halved.
+const LAYOUT: seqsvr_core::store::SetLayout =
+    seqsvr_core::store::SetLayout { section_size: 10, uid_begin: 0, uid_end: 1_000 };
+const HALVED: seqsvr_core::store::SetLayout =
+    seqsvr_core::store::SetLayout { section_size: 5, ..LAYOUT };
+
+/// Three members on [`LAYOUT`], 1 leading, and every member applied the layout's record.
+fn layout_recorded() -> Network {
+    let mut net = Network::with_config(3, |c| c.layout = Some(LAYOUT));
     net.elect(1);
     let recorded = net.tick_until(&[1], 20, |net| {
-        net.ids().iter().all(|&id| net.store(id).state().control().layout.is_some())
+        net.ids().iter().all(|&id| net.store(id).state().control().layout == Some(LAYOUT))
     });
     assert!(recorded, "the layout was never recorded");
-    for id in net.ids() {
-        assert_eq!(net.store(id).state().control().layout, Some(layout), "member {id}");
-    }
+    net
+}
+
+/// The leader records its config's layout (`section_size`, the set's uid range) once the set
+/// runs, and never again; a member restarted with another layout refuses to start (a uid would
+/// map to another section, whose `max_seq` may be lower). Fails without the `RecordLayout`
+/// proposal of `leases.rs::arbitrate` or the check in `Driver::new`.
+#[test]
+fn a_recorded_layout_refuses_a_member_whose_config_changed_it() {
+    let mut net = layout_recorded();
     let before = net.raft(1).raft_log.last_index();
     net.tick(&[1]);
     net.settle();
     assert_eq!(net.raft(1).raft_log.last_index(), before, "recorded once, not every round");
 
-    net.driver(1).config.layout = Some(halved);
-    let (input, mut rx) = register("alloc-a:1");
-    net.send(1, input);
-    let (input, mut read_rx) = read(0);
-    net.send(1, input);
-    net.settle();
-    for refusal in [answer(&mut rx).map(|_| ()), answer(&mut read_rx).map(|_| ())] {
-        match refusal {
-            Err(RequestError::Precondition(why)) => {
-                assert!(why.contains("section_size 10") && why.contains("section_size 5"), "{why}")
-            }
-            other => panic!("expected a refusal naming both layouts, got {other:?}"),
-        }
-    }
-    net.tick(&[1]);
-    net.settle();
-    assert_eq!(net.raft(1).raft_log.last_index(), before, "nothing proposed under it");
-
-    let refused = net.try_restart_with(2, |c| c.layout = Some(halved));
+    let refused = net.try_restart_with(2, |c| c.layout = Some(HALVED));
     let why = refused.expect_err("a member with another layout must not start").to_string();
     assert!(why.contains("refusing to start") && why.contains("section_size 5"), "{why}");
 }
@@ -837,27 +823,107 @@ fn a_renamed_scheme_gets_no_worker_id() {
     }
 }
 
-/// A read taken while this member's layout agreed is judged again when it is answered, after
-/// its ReadIndex: here the member's layout changes in between (as when the set's record applies
-/// while the read waits), and the answer is the refusal, not the values. Fails without the
-/// check in `ready.rs`'s answering of reads.
+/// A member that started before the set recorded its layout, with a cluster file that maps
+/// uids otherwise, stops with a fault naming both layouts as soon as the record reaches it by
+/// apply: member 3 is cut off while the record commits, then restarted with a halved
+/// `section_size` (nothing is recorded on its disk, so it starts) and reconnected. Running on,
+/// it would lead or follow a set whose sections it maps otherwise. The set goes on without it.
+/// Fails without the check at the end of `ready.rs::apply` (`stop_on_layout_mismatch`).
 #[test]
-fn a_read_is_refused_when_the_layout_differs_at_its_answer() {
-    use seqsvr_core::store::SetLayout;
-    let layout = SetLayout { section_size: 10, uid_begin: 0, uid_end: 1_000 };
+fn a_member_whose_file_differs_stops_when_the_record_applies() {
+    use seqsvr_core::store::COMMANDS_VERSION;
+    let (layout, halved) = (LAYOUT, HALVED);
     let mut net = Network::with_config(3, |c| c.layout = Some(layout));
     net.elect(1);
-    let recorded = net.tick_until(&[1], 20, |net| net.store(1).state().control().layout.is_some());
+    let raised = net.tick_until(&[1], 20, |net| {
+        net.store(3).state().control().commands_version == COMMANDS_VERSION
+    });
+    assert!(raised, "the set's version was never raised");
+    assert_eq!(net.store(3).state().control().layout, None, "recorded before the cut");
+    net.isolate(3);
+    let recorded = net.tick_until(&[1], 20, |net| {
+        [1, 2].iter().all(|&id| net.store(id).state().control().layout == Some(layout))
+    });
     assert!(recorded, "the layout was never recorded");
-    let (input, mut rx) = read(0);
+    assert_eq!(net.store(3).state().control().layout, None, "member 3 has not applied it");
+
+    net.restart_with(3, |c| c.layout = Some(halved));
+    net.allow_stop(3);
+    net.heal();
+    let stopped = net.tick_until(&[1], 20, |net| net.stopped(3).is_some());
+    let why = net.stopped(3).map(str::to_string);
+    assert!(stopped, "member 3 runs on under another layout than the set recorded");
+    let why = why.unwrap_or_default();
+    assert!(why.contains("section_size 10") && why.contains("section_size 5"), "{why}");
+    assert!(why.contains("refuses to start until"), "{why}");
+
+    let (input, mut rx) = advance(1, 100);
     net.send(1, input);
-    assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)), "waits for its ReadIndex");
-    net.driver(1).config.layout = Some(SetLayout { section_size: 5, ..layout });
     net.settle();
-    match answer(&mut rx) {
-        Err(RequestError::Precondition(why)) => assert!(why.contains("section_size 5"), "{why}"),
-        other => panic!("expected the refusal at the answer, got {other:?}"),
+    answer(&mut rx).expect("members 1 and 2 still commit");
+}
+
+/// The same by snapshot: member 2 loses its data dir and comes back empty with a halved
+/// `section_size` (an empty dir holds no record: it starts); the leader catches it up by
+/// snapshot, which carries the record, and it stops at the install, naming both layouts.
+/// Fails without the check after a snapshot is persisted in `ready.rs::on_ready`.
+#[test]
+fn a_member_whose_file_differs_stops_when_a_snapshot_brings_the_record() {
+    let mut net = layout_recorded();
+    net.wipe_with(2, |c| c.layout = Some(HALVED));
+    net.allow_stop(2);
+    let stopped = net.tick_until(&[1], 20, |net| net.stopped(2).is_some());
+    let why = net.stopped(2).map(str::to_string);
+    assert!(stopped, "member 2 runs on under another layout than the set recorded");
+    assert!(net.snapshots_to.get(&2).copied().unwrap_or(0) >= 1, "the record came by snapshot");
+    let why = why.unwrap_or_default();
+    assert!(why.contains("section_size 10") && why.contains("section_size 5"), "{why}");
+}
+
+/// The record waits while a membership change is pending: the member being added (here
+/// learner 4, proposed while the leader is cut off, so it stays unapplied) is not in the
+/// applied configuration yet, so its report would not be waited for. Once the change applied,
+/// learner 4 is a member that never reported the layout: the record keeps waiting. Fails
+/// without the `has_pending_conf` check in `leases.rs::layout_agreed`.
+#[test]
+fn the_layout_is_not_recorded_while_a_member_is_being_added() {
+    use super::MembershipChange;
+    use seqsvr_core::store::{Command, COMMANDS_VERSION};
+    let layout = LAYOUT;
+    // The leader's file has no layout until the change is pending: nothing is recorded before.
+    let mut net = Network::with_config(3, |c| {
+        c.layout = (c.node_id != NodeId(1)).then_some(layout);
+    });
+    net.elect(1);
+    let raised = net.tick_until(&[1], 20, |net| {
+        net.ids()
+            .iter()
+            .all(|&id| net.store(id).state().control().commands_version == COMMANDS_VERSION)
+    });
+    assert!(raised, "the set's version was never raised");
+    net.isolate(1);
+    let (reply, mut rx) = oneshot::channel();
+    let change = MembershipChange::AddLearner { id: NodeId(4), addr: "mem-4:7000".into() };
+    net.send(1, Input::Membership { change, reply });
+    assert!(waiting(&mut rx), "the change is pending, not refused: {:?}", rx.try_recv());
+    assert!(net.raft(1).has_pending_conf());
+    net.driver(1).config.layout = Some(layout);
+    let recorded_in_log = |net: &Network| {
+        let log = &net.raft(1).raft_log;
+        (log.applied + 1..=log.last_index())
+            .any(|i| matches!(command_at(net, 1, i), Some(Command::RecordLayout { .. })))
+    };
+    for _ in 0..3 {
+        net.tick(&[1]);
+        assert!(!recorded_in_log(&net), "recorded while member 4 was being added");
     }
+    net.heal();
+    let added = net.tick_until(&[1], 20, |net| !net.raft(1).has_pending_conf());
+    assert!(added, "the change never applied");
+    for _ in 0..3 {
+        net.tick(&[1]);
+    }
+    assert_eq!(net.store(1).state().control().layout, None, "recorded without learner 4's report");
 }
 
 /// The leader records the set's layout only once every member reported the same one with its
@@ -927,12 +993,15 @@ fn proposals_and_campaign_orders_from_a_peer_are_dropped() {
     assert_eq!(net.role(1), StateRole::Leader, "a forged campaign order moved leadership");
 }
 
-/// Re-registering at one address again and again (each registration replaces the last, whose
-/// worker ids stay held until its lease is over) takes at most two worker ids of a scheme per
-/// current registration of the identity: the third is refused, and another identity still gets
-/// one. Fails without `leases.rs::check_worker_share`.
+/// One identity's registrations hold at most its share of a scheme's worker ids, however many
+/// registrations it makes: with `alloc-b` registered, `alloc-a` registers at four made-up
+/// addresses and asks for a worker id for each in one batch (none applied when the next is
+/// judged), and gets two of the four, its share beside `alloc-b`; `alloc-b` still gets its
+/// two. Fails without
+/// `worker_share.rs::check_worker_share` (or if it counts per registration, or ignores leases
+/// in flight).
 #[test]
-fn re_registrations_of_one_identity_cannot_take_every_worker_id() {
+fn one_identity_cannot_take_the_worker_ids_of_another_by_registering_more() {
     use seqsvr_core::store::SchemeRecord;
     let record = SchemeRecord { layout: "L1".into(), pool_begin: 0, pool_end: 4 };
     let mut net = Network::with_config(3, |c| {
@@ -941,23 +1010,50 @@ fn re_registrations_of_one_identity_cannot_take_every_worker_id() {
     net.elect(1);
     net.tick(&[1]);
     net.settle();
-    let acquire = |net: &mut Network, identity: &str| {
-        let (input, mut rx) = registered_by("x:1", Some(identity));
-        net.send(1, input);
-        net.settle();
-        let alloc = answer(&mut rx).expect("registered");
-        let (reply, mut rx) = oneshot::channel();
-        let (scheme, layout) = ("weibo".to_string(), "L1".to_string());
-        let identity = Some(identity.to_string());
-        net.send(1, Input::AcquireWorker { alloc, scheme, layout, identity, reply });
-        net.settle();
-        answer(&mut rx)
+    let register = |net: &mut Network, identity: &str, n: usize| -> Vec<AllocId> {
+        (0..n)
+            .map(|i| {
+                let (input, mut rx) = registered_by(&format!("{identity}-{i}:1"), Some(identity));
+                net.send(1, input);
+                net.settle();
+                answer(&mut rx).expect("registered")
+            })
+            .collect()
     };
-    assert!(acquire(&mut net, "alloc-a").is_ok(), "the first incarnation");
-    assert!(acquire(&mut net, "alloc-a").is_ok(), "a restart while the first still holds one");
-    match acquire(&mut net, "alloc-a") {
-        Err(RequestError::Precondition(why)) => assert!(why.contains("at most two"), "{why}"),
-        other => panic!("expected the third worker id refused, got {other:?}"),
+    // Every acquisition reaches the leader before any is applied (one loop turn).
+    let acquire_together = |net: &mut Network, identity: &str, allocs: &[AllocId]| {
+        let answers: Vec<_> = allocs
+            .iter()
+            .map(|&alloc| {
+                let (reply, rx) = oneshot::channel();
+                let (scheme, layout) = ("weibo".to_string(), "L1".to_string());
+                let identity = Some(identity.to_string());
+                net.driver(1).handle(Input::AcquireWorker {
+                    alloc,
+                    scheme,
+                    layout,
+                    identity,
+                    reply,
+                });
+                rx
+            })
+            .collect();
+        net.ready(1);
+        net.settle();
+        answers.into_iter().map(|mut rx| answer(&mut rx)).collect::<Vec<_>>()
+    };
+    let b = register(&mut net, "alloc-b", 2);
+    let a = register(&mut net, "alloc-a", 4);
+    let answers = acquire_together(&mut net, "alloc-a", &a);
+    assert_eq!(answers.iter().filter(|r| r.is_ok()).count(), 2, "{answers:?}");
+    for refused in answers.iter().filter_map(|r| r.as_ref().err()) {
+        match refused {
+            RequestError::WorkerShare(why) => {
+                assert!(why.contains("\"alloc-a\"") && why.contains("share of 2"), "{why}")
+            }
+            other => panic!("expected the share refusal, got {other:?}"),
+        }
     }
-    assert!(acquire(&mut net, "alloc-b").is_ok(), "another identity still gets one");
+    let answers = acquire_together(&mut net, "alloc-b", &b);
+    assert!(answers.iter().all(|r| r.is_ok()), "alloc-b's share was taken: {answers:?}");
 }
