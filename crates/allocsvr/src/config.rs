@@ -62,6 +62,52 @@ pub struct AllocConfig {
     pub tls: Option<seqsvr_tls::TlsSetup>,
     /// The id schemes served (`[ids]`), loaded at start.
     pub ids: IdSetup,
+    /// Where calls for uids this AllocSvr does not own are forwarded (`forward.rs`).
+    pub forward: ForwardSetup,
+}
+
+/// What forwarding needs of the cluster file: every set's uids and the AllocSvrs it lists for
+/// the set (`allocs`, the seeds the hop learns route tables from), and `[ids]` to route
+/// `rongcloud` sessions.
+#[derive(Clone, Debug, Default)]
+pub struct ForwardSetup {
+    pub sets: Vec<ForwardSet>,
+    pub ids: seqsvr_core::config::IdsConfig,
+}
+
+#[derive(Clone, Debug)]
+pub struct ForwardSet {
+    pub id: SetId,
+    pub uids: std::ops::Range<u64>,
+    pub allocs: Vec<String>,
+}
+
+impl ForwardSetup {
+    fn from_cluster(cluster: &ClusterConfig) -> ForwardSetup {
+        let sets = cluster
+            .sets
+            .iter()
+            .map(|s| ForwardSet {
+                id: s.id,
+                uids: s.uid_begin..s.uid_end,
+                allocs: s.allocs.clone(),
+            })
+            .collect();
+        ForwardSetup { sets, ids: cluster.ids.clone() }
+    }
+
+    /// The set holding `uid`, if any.
+    pub fn set_of(&self, uid: u64) -> Option<&ForwardSet> {
+        self.sets.iter().find(|s| s.uids.contains(&uid))
+    }
+
+    /// Every AllocSvr the cluster file lists, once each.
+    pub fn seeds(&self) -> Vec<String> {
+        let mut seeds: Vec<String> = self.sets.iter().flat_map(|s| s.allocs.clone()).collect();
+        seeds.sort();
+        seeds.dedup();
+        seeds
+    }
 }
 
 impl AllocConfig {
@@ -120,6 +166,7 @@ impl AllocConfig {
             tls,
             ids: IdSetup::from_cluster(&cluster, set_id, seqsvr_server::clock::unix_ms_now())
                 .with_context(|| format!("in {}", server.config.display()))?,
+            forward: ForwardSetup::from_cluster(&cluster),
         })
     }
 }
@@ -251,6 +298,7 @@ impl AllocConfig {
             max_batch_sections: 100,
             tls: None,
             ids: Default::default(),
+            forward: Default::default(),
         }
     }
 }

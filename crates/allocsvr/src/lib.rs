@@ -8,6 +8,8 @@
 //! - [`config`]: flags + env + the cluster config file → [`config::AllocConfig`], with the id
 //!   schemes served ([`config::IdSetup`]).
 //! - [`metrics`]: the Prometheus series.
+//! - [`forward`]: calls for uids (or `rongcloud` sessions) another AllocSvr owns, sent on to
+//!   that owner through the SDK, one hop at most.
 //! - [`state`]: [`state::Shared`] and the state under its one lock ([`state::Inner`]: table,
 //!   lease, registration, route table, id slots), the lease checks and "routed here".
 //! - [`rpc`]: what every public call shares: request ids, deadlines, wait slots, NOT_OWNER, and
@@ -21,6 +23,7 @@
 //! - the allocation table itself is pure logic in `seqsvr_core::alloc`.
 
 pub mod config;
+pub mod forward;
 pub mod ids;
 pub mod lease;
 pub mod metrics;

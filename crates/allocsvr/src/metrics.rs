@@ -160,6 +160,10 @@ pub struct AllocMetrics {
     /// Times a `NextIds` call had to wait for the clock.
     pub ids_clock_waits: Counter,
     budgets: [BudgetSeries; Budget::ALL.len()],
+    /// Calls (a `NextStream` batch counts as one) forwarded to their owner, by RPC.
+    forwarded: [Counter; Rpc::ALL.len()],
+    /// `rongcloud` session calls forwarded to the session's owner.
+    pub forwarded_sessions: Counter,
 }
 
 impl AllocMetrics {
@@ -199,6 +203,9 @@ impl AllocMetrics {
             ids_reservations: counter!("seqsvr_alloc_id_reservations_total"),
             ids_clock_back: counter!("seqsvr_alloc_id_clock_back_total"),
             ids_clock_waits: counter!("seqsvr_alloc_id_clock_waits_total"),
+            forwarded: Rpc::ALL
+                .map(|r| counter!("seqsvr_alloc_forwarded_total", "kind" => r.label())),
+            forwarded_sessions: counter!("seqsvr_alloc_forwarded_total", "kind" => "session_ids"),
             budgets: Budget::ALL.map(|b| BudgetSeries {
                 in_use: gauge!("seqsvr_alloc_budget_in_use", "budget" => b.label()),
                 limit: gauge!("seqsvr_alloc_budget_limit", "budget" => b.label()),
@@ -245,6 +252,12 @@ impl AllocMetrics {
     }
 
     /// The number of uids in a `NextBatch` (a coalescing client's batch).
+    /// A call of `rpc` (or some of its uids) went to the owner (`forward.rs`).
+    pub fn forwarded(&self, rpc: Rpc) {
+        self.forwarded[Rpc::ALL.iter().position(|&r| r == rpc).expect("every Rpc is in ALL")]
+            .increment(1);
+    }
+
     pub fn batch(&self, uids: usize) {
         self.batch_uids.record(uids as f64);
     }
@@ -272,6 +285,11 @@ fn describe() {
     describe_counter!("seqsvr_alloc_calls_total", "Public calls answered, by RPC and outcome.");
     describe_counter!("seqsvr_alloc_values_total", "Sequence values handed out, by RPC.");
     describe_counter!("seqsvr_alloc_ids_issued_total", "Globally unique ids issued by NextIds.");
+    describe_counter!(
+        "seqsvr_alloc_forwarded_total",
+        "Calls forwarded to the AllocSvr that owns their uids (or session), by kind: next, \
+         next_batch, next_stream (a batch), current, session_ids."
+    );
     describe_counter!(
         "seqsvr_alloc_id_workers_leased_total",
         "Worker ids leased from the store (one per scheme per registration, more after a drop)."

@@ -347,6 +347,22 @@ pub enum AllocError {
     BatchTooLarge { n: usize, max: usize },
     #[error("uid {uid} is outside set {set}'s uids [{begin}, {end}): route it to its own set")]
     UidOutsideSet { uid: u64, set: SetId, begin: u64, end: u64 },
+    #[error(
+        "uid {uid} is outside set {set}'s uids [{begin}, {end}) and every other set of the \
+         cluster file ({sets})"
+    )]
+    UidOutsideCluster { uid: u64, set: SetId, begin: u64, end: u64, sets: String },
+
+    // ---- Forwarding (`forward.rs`) ----
+    /// The owner's answer to a forwarded call (or the SDK's, when no owner answered in time),
+    /// passed on as it came.
+    #[error("{}", .0.message())]
+    Forwarded(Box<Status>),
+    #[error(
+        "uid {uid} belongs to set {set}, whose AllocSvrs this AllocSvr does not know: list them \
+         as `allocs` of set {set} in its cluster file (or call an AllocSvr of set {set})"
+    )]
+    NoSeedsFor { uid: u64, set: SetId },
 
     // ---- SeqService: a section not (yet) served ----
     #[error(transparent)]
@@ -498,6 +514,7 @@ impl AllocError {
             E::EmptyBatch
             | E::BatchTooLarge { .. }
             | E::UidOutsideSet { .. }
+            | E::UidOutsideCluster { .. }
             | E::BadCount { .. }
             | E::CountUnreachable { .. }
             | E::NoSessionFields { .. }
@@ -533,7 +550,8 @@ impl AllocError {
             | E::SessionNotOwner { .. }
             | E::SchemeUnusable { .. }
             | E::WorkerRefused { .. }
-            | E::SessionsRefused { .. } => Code::FailedPrecondition,
+            | E::SessionsRefused { .. }
+            | E::NoSeedsFor { .. } => Code::FailedPrecondition,
             E::Saturated { .. }
             | E::IdsSaturated { .. }
             | E::StreamBytesFull { .. }
@@ -545,7 +563,7 @@ impl AllocError {
             | E::RanOut { .. }
             | E::WorkerRanOut { .. }
             | E::SessionRanOut { .. } => Code::ResourceExhausted,
-            E::NoWorkerFree(status) => status.code(),
+            E::NoWorkerFree(status) | E::Forwarded(status) => status.code(),
             E::Pack(_) | E::InstallFailed(_) => Code::Internal,
         }
     }
@@ -556,7 +574,7 @@ impl AllocError {
 pub fn to_status(error: AllocError) -> Status {
     let code = error.code();
     match error {
-        AllocError::NoWorkerFree(status) => *status,
+        AllocError::NoWorkerFree(status) | AllocError::Forwarded(status) => *status,
         AllocError::NotOwner(not_owner) => not_owner_status(&not_owner),
         AllocError::SessionNotOwner { uid, not_owner } => {
             with_session_uid(not_owner_status(&not_owner), uid)

@@ -5,6 +5,7 @@
 //! until something changes or the deadline passes. Errors are [`AllocError`]s; they become gRPC
 //! statuses in [`crate::rpc::to_status`], at the edge of each RPC.
 
+use crate::forward::Unreachable;
 use crate::metrics::Rpc;
 use crate::rpc::{
     batch_deadline, call_deadline, to_status, AllocError, HeldUntilSent, NotOwner, RequestId,
@@ -27,7 +28,8 @@ pub struct SeqServer {
 }
 
 impl SeqServer {
-    fn check_uids(&self, uids: &[u64]) -> Result<(), AllocError> {
+    /// The batch's size, and every uid in this set, or (`may_forward`) in a set a hop can reach.
+    fn check_uids(&self, uids: &[u64], may_forward: bool) -> Result<(), AllocError> {
         let c = &self.shared.config;
         if uids.is_empty() {
             return Err(AllocError::EmptyBatch);
@@ -36,11 +38,152 @@ impl SeqServer {
             let (n, max) = (uids.len(), c.tuning.max_batch_uids);
             return Err(AllocError::BatchTooLarge { n, max });
         }
-        if let Some(&uid) = uids.iter().find(|&&u| u < c.uid_begin || u >= c.uid_end) {
-            let (set, begin, end) = (c.set_id, c.uid_begin, c.uid_end);
-            return Err(AllocError::UidOutsideSet { uid, set, begin, end });
+        for &uid in uids.iter().filter(|&&u| u < c.uid_begin || u >= c.uid_end) {
+            if !may_forward {
+                let (set, begin, end) = (c.set_id, c.uid_begin, c.uid_end);
+                return Err(AllocError::UidOutsideSet { uid, set, begin, end });
+            }
+            self.shared.forward.check_reachable(uid).map_err(|why| match why {
+                Unreachable::OutsideCluster { sets } => {
+                    let (set, begin, end) = (c.set_id, c.uid_begin, c.uid_end);
+                    AllocError::UidOutsideCluster { uid, set, begin, end, sets }
+                }
+                Unreachable::NoSeeds { set } => AllocError::NoSeedsFor { uid, set },
+            })?;
         }
         Ok(())
+    }
+
+    /// May this call be forwarded to the owner of its uids? Not when its caller marked it
+    /// `seqsvr-no-forward` (the SDK, and an AllocSvr forwarding a call: one hop at most).
+    fn may_forward<T>(&self, request: &Request<T>) -> bool {
+        !seqsvr_proto::no_forward(request.metadata())
+    }
+
+    /// For each of `uids`: is it served elsewhere (another set's uid, or a section our route
+    /// table gives another AllocSvr)? A section the table gives nobody is served here (the call
+    /// waits, or is answered, as before). One look under the lock; our table goes to the
+    /// forwarder when it is newer than the one it has.
+    fn elsewhere(&self, uids: &[u64]) -> Vec<bool> {
+        let c = &self.shared.config;
+        let inner = self.shared.lock();
+        let own = inner.alloc_id.map(|a| a.0);
+        let elsewhere = uids
+            .iter()
+            .map(|&uid| {
+                if uid < c.uid_begin || uid >= c.uid_end {
+                    return true;
+                }
+                let owner = inner.route.owner_of_section(uid / c.section_size);
+                owner.is_some_and(|e| Some(e.alloc_id) != own)
+            })
+            .collect();
+        let forward = &self.shared.forward;
+        if forward.wants_own(inner.route.version) {
+            let table = inner.route.clone();
+            drop(inner);
+            forward.learn_own(table);
+        }
+        elsewhere
+    }
+
+    /// A `Next` or `Current` of `uid` at its owner (one hop), holding a wait slot meanwhile.
+    async fn forward_one(
+        &self,
+        rpc: Rpc,
+        uid: u64,
+        route_version: u64,
+        deadline: Instant,
+        request_id: &RequestId,
+    ) -> Result<(u64, Option<pb::RouteTable>), AllocError> {
+        let _slot = WaitSlot::take(&self.shared)?;
+        self.shared.metrics.forwarded(rpc);
+        tracing::debug!(rpc = rpc.label(), request_id = %request_id, uid, "forwarded to the owner");
+        let allocate = rpc != Rpc::Current;
+        let answer = self.shared.forward.one(allocate, uid, route_version, deadline).await;
+        answer.map_err(|status| AllocError::Forwarded(Box::new(status)))
+    }
+
+    /// A batch some of whose uids are served elsewhere (`elsewhere`): ours served here, the
+    /// others by their owners through one hop, at once; the values in request order (the
+    /// repeats of a uid all go one way, in order, so they still increase). `independent` (a
+    /// `NextStream` batch, or a `NextBatch` that asks it): a uid not served now, here or
+    /// there, is answered 0; otherwise the call fails if either part does (the other part's
+    /// values are then gaps, never repeats).
+    #[allow(clippy::too_many_arguments)]
+    async fn next_batch_split(
+        &self,
+        rpc: Rpc,
+        uids: &[u64],
+        elsewhere: &[bool],
+        independent: bool,
+        route_version: u64,
+        deadline: Instant,
+        waited: &mut bool,
+        request_id: &RequestId,
+    ) -> Result<(Vec<u64>, Option<pb::RouteTable>), AllocError> {
+        let _slot = WaitSlot::take(&self.shared)?;
+        self.shared.metrics.forwarded(rpc);
+        let (here, there): (Vec<usize>, Vec<usize>) = (0..uids.len()).partition(|&i| !elsewhere[i]);
+        let pick = |idx: &[usize]| idx.iter().map(|&i| uids[i]).collect::<Vec<u64>>();
+        let (here_uids, there_uids) = (pick(&here), pick(&there));
+        tracing::debug!(rpc = rpc.label(), request_id = %request_id, here = here.len(),
+            forwarded = there.len(), "batch split: part forwarded to the owners");
+        let forward = &self.shared.forward;
+        let local = async {
+            if here_uids.is_empty() {
+                return Ok((Vec::new(), None));
+            }
+            let served = if independent {
+                self.serve(deadline, route_version, waited, request_id, |inner| {
+                    Ok(inner.table.next_each(&here_uids))
+                })
+                .await
+            } else {
+                self.serve(deadline, route_version, waited, request_id, |inner| {
+                    inner.table.next_batch(&here_uids)
+                })
+                .await
+            };
+            match served {
+                // Moved away meanwhile (nothing was taken: all or nothing): to the owner too.
+                Err(AllocError::NotOwner(_)) => forward
+                    .next_batch(&here_uids, route_version, deadline)
+                    .await
+                    .map_err(|status| AllocError::Forwarded(Box::new(status))),
+                other => other,
+            }
+        };
+        let remote = async {
+            if there_uids.is_empty() {
+                return Ok((Vec::new(), None));
+            }
+            forward
+                .next_batch(&there_uids, route_version, deadline)
+                .await
+                .map_err(|status| AllocError::Forwarded(Box::new(status)))
+        };
+        let (local, remote) = tokio::join!(local, remote);
+        let (local, remote) = if independent {
+            // Not served now: 0, to be asked alone.
+            let zeros = |n: usize| (vec![0; n], None);
+            (
+                local.unwrap_or_else(|_| zeros(here.len())),
+                remote.unwrap_or_else(|_| zeros(there.len())),
+            )
+        } else {
+            (local?, remote?)
+        };
+        let ((here_values, here_table), (there_values, there_table)) = (local, remote);
+        assert!(
+            here_values.len() == here.len() && there_values.len() == there.len(),
+            "the table and the SDK answer one value per uid"
+        );
+        let mut values = vec![0; uids.len()];
+        for (&i, v) in here.iter().zip(here_values).chain(there.iter().zip(there_values)) {
+            values[i] = v;
+        }
+        Ok((values, there_table.or(here_table)))
     }
 
     fn request_id<T>(&self, request: &Request<T>) -> RequestId {
@@ -383,6 +526,7 @@ impl SeqServer {
         mut incoming: tonic::Streaming<pb::NextStreamRequest>,
         queue: Arc<ReplyQueue>,
         _slot: tokio::sync::OwnedSemaphorePermit,
+        may_forward: bool,
     ) {
         use futures::StreamExt as _;
         let _ends = EndsStream(queue.clone());
@@ -453,7 +597,7 @@ impl SeqServer {
                 charged = async { held.as_mut().expect("guarded").charge.as_mut().await },
                     if held.is_some() => {
                     let Held { batch, deadline, .. } = held.take().expect("guarded");
-                    serving.push(self.serve_batch(batch, deadline, charged));
+                    serving.push(self.serve_batch(batch, deadline, charged, may_forward));
                 }
                 message = incoming.message(),
                     if reading && held.is_none() && serving.len() < STREAM_BATCHES_IN_HAND => {
@@ -469,7 +613,12 @@ impl SeqServer {
                             let bytes = bytes.min(tuning.max_bytes_per_stream) as u32;
                             match budgets.try_charge(bytes) {
                                 Some(charge) => {
-                                    serving.push(self.serve_batch(batch, deadline, Ok(charge)))
+                                    serving.push(self.serve_batch(
+                                        batch,
+                                        deadline,
+                                        Ok(charge),
+                                        may_forward,
+                                    ))
                                 }
                                 None => {
                                     self.note_stream_held(bytes);
@@ -550,6 +699,7 @@ impl SeqServer {
         batch: pb::NextStreamRequest,
         deadline: Instant,
         charged: Result<StreamCharge, AllocError>,
+        may_forward: bool,
     ) -> (pb::NextStreamReply, Option<StreamCharge>) {
         let started = std::time::Instant::now();
         let mut waited = false;
@@ -561,8 +711,24 @@ impl SeqServer {
         };
         let result = async {
             admitted?;
-            self.check_uids(&batch.uids)?;
+            self.check_uids(&batch.uids, may_forward)?;
             self.shared.metrics.batch(batch.uids.len());
+            let elsewhere = if may_forward { self.elsewhere(&batch.uids) } else { Vec::new() };
+            if elsewhere.contains(&true) {
+                let (uids, version) = (&batch.uids, batch.route_version);
+                return self
+                    .next_batch_split(
+                        Rpc::NextStream,
+                        uids,
+                        &elsewhere,
+                        true,
+                        version,
+                        deadline,
+                        &mut waited,
+                        &id,
+                    )
+                    .await;
+            }
             self.serve(deadline, batch.route_version, &mut waited, &id, |inner| {
                 Ok(inner.table.next_each(&batch.uids))
             })
@@ -620,11 +786,21 @@ impl pb::seq_service_server::SeqService for SeqServer {
         let span = tracing::debug_span!("call", rpc = "next", request_id = %id);
         let result = async {
             let deadline = self.deadline(&request);
+            let may_forward = self.may_forward(&request);
             let r = request.into_inner();
-            self.check_uids(&[r.uid])?;
-            let (seq, route_table) = self
+            self.check_uids(&[r.uid], may_forward)?;
+            let forward = || self.forward_one(Rpc::Next, r.uid, r.route_version, deadline, &id);
+            if may_forward && self.elsewhere(&[r.uid])[0] {
+                let (seq, route_table) = forward().await?;
+                return Ok(Response::new(pb::NextResponse { seq, route_table }));
+            }
+            let served = self
                 .serve(deadline, r.route_version, &mut waited, &id, |inner| inner.table.next(r.uid))
-                .await?;
+                .await;
+            let (seq, route_table) = match served {
+                Err(AllocError::NotOwner(_)) if may_forward => forward().await?,
+                served => served?,
+            };
             Ok(Response::new(pb::NextResponse { seq, route_table }))
         }
         .instrument(span)
@@ -644,20 +820,53 @@ impl pb::seq_service_server::SeqService for SeqServer {
         let span = tracing::debug_span!("call", rpc = "next_batch", request_id = %id);
         let result = async {
             let deadline = self.deadline(&request);
+            let may_forward = self.may_forward(&request);
             let r = request.into_inner();
-            self.check_uids(&r.uids)?;
+            self.check_uids(&r.uids, may_forward)?;
             let charge = self.batch_charge(r.uids.len(), r.route_version)?;
             self.shared.metrics.batch(r.uids.len());
-            let (seqs, route_table) = if r.independent {
+            let elsewhere = if may_forward { self.elsewhere(&r.uids) } else { Vec::new() };
+            let (seqs, route_table) = if elsewhere.contains(&true) {
+                self.next_batch_split(
+                    Rpc::NextBatch,
+                    &r.uids,
+                    &elsewhere,
+                    r.independent,
+                    r.route_version,
+                    deadline,
+                    &mut waited,
+                    &id,
+                )
+                .await?
+            } else if r.independent {
                 self.serve(deadline, r.route_version, &mut waited, &id, |inner| {
                     Ok(inner.table.next_each(&r.uids))
                 })
                 .await?
             } else {
-                self.serve(deadline, r.route_version, &mut waited, &id, |inner| {
-                    inner.table.next_batch(&r.uids)
-                })
-                .await?
+                let served = self
+                    .serve(deadline, r.route_version, &mut waited, &id, |inner| {
+                        inner.table.next_batch(&r.uids)
+                    })
+                    .await;
+                match served {
+                    // Moved away since the look (all or nothing: none was taken).
+                    Err(AllocError::NotOwner(_)) if may_forward => {
+                        let everywhere_else = vec![true; r.uids.len()];
+                        self.next_batch_split(
+                            Rpc::NextBatch,
+                            &r.uids,
+                            &everywhere_else,
+                            false,
+                            r.route_version,
+                            deadline,
+                            &mut waited,
+                            &id,
+                        )
+                        .await?
+                    }
+                    served => served?,
+                }
             };
             let reply = Response::new(pb::NextBatchResponse { seqs, route_table });
             Ok(HeldUntilSent::on(reply, Some(charge)))
@@ -682,13 +891,23 @@ impl pb::seq_service_server::SeqService for SeqServer {
         let span = tracing::debug_span!("call", rpc = "current", request_id = %id);
         let result = async {
             let deadline = self.deadline(&request);
+            let may_forward = self.may_forward(&request);
             let r = request.into_inner();
-            self.check_uids(&[r.uid])?;
-            let (seq, route_table) = self
+            self.check_uids(&[r.uid], may_forward)?;
+            let forward = || self.forward_one(Rpc::Current, r.uid, r.route_version, deadline, &id);
+            if may_forward && self.elsewhere(&[r.uid])[0] {
+                let (seq, route_table) = forward().await?;
+                return Ok(Response::new(pb::CurrentResponse { seq, route_table }));
+            }
+            let served = self
                 .serve(deadline, r.route_version, &mut waited, &id, |inner| {
                     inner.table.current(r.uid)
                 })
-                .await?;
+                .await;
+            let (seq, route_table) = match served {
+                Err(AllocError::NotOwner(_)) if may_forward => forward().await?,
+                served => served?,
+            };
             Ok(Response::new(pb::CurrentResponse { seq, route_table }))
         }
         .instrument(span)
@@ -708,8 +927,11 @@ impl pb::seq_service_server::SeqService for SeqServer {
             self.shared.metrics.budget(crate::metrics::Budget::Streams).full.increment(1);
             to_status(AllocError::TooManyStreams { max: self.shared.config.tuning.max_streams })
         })?;
+        let may_forward = self.may_forward(&request);
         let queue = Arc::new(ReplyQueue::default());
-        tokio::spawn(self.clone().serve_stream(request.into_inner(), queue.clone(), slot));
+        let serving =
+            self.clone().serve_stream(request.into_inner(), queue.clone(), slot, may_forward);
+        tokio::spawn(serving);
         Ok(Response::new(StreamReplies { queue }))
     }
 
@@ -769,9 +991,12 @@ mod tests {
         SeqServer { shared }
     }
 
+    /// A `Next` as the SDK sends it: marked `seqsvr-no-forward` (answered here, NOT_OWNER for
+    /// another AllocSvr's uid; forwarding has tests of its own in `forward/tests.rs`).
     fn next(uid: u64, route_version: u64) -> Request<pb::NextRequest> {
         let mut r = Request::new(pb::NextRequest { uid, route_version });
         r.set_timeout(Duration::from_millis(300));
+        r.metadata_mut().insert(seqsvr_proto::NO_FORWARD_METADATA, "1".parse().unwrap());
         r
     }
 

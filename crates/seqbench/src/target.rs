@@ -31,6 +31,10 @@ pub enum TargetKind {
     Seqsvr,
     /// The SDK's `next_batch` (`--batch` uids per call) against the cluster.
     SeqsvrBatch,
+    /// A plain gRPC client of the cluster with one address (`--url`, default set 0's first
+    /// AllocSvr): one `Next` RPC per call on one shared channel, no `seqsvr-no-forward`, so a
+    /// call for a uid that AllocSvr does not own is forwarded to the owner (one hop).
+    SeqsvrPlain,
     /// `INCR seq:{uid}` (--redis-conn: shared or per-caller).
     Redis,
     /// `UPDATE … RETURNING` through a pool of --pg-pool connections.
@@ -47,6 +51,7 @@ impl TargetKind {
             TargetKind::FloorBatch => "floor-batch",
             TargetKind::Seqsvr => "seqsvr",
             TargetKind::SeqsvrBatch => "seqsvr-batch",
+            TargetKind::SeqsvrPlain => "seqsvr-plain",
             TargetKind::Redis => "redis",
             TargetKind::Postgres => "postgres",
             TargetKind::Etcd => "etcd",
@@ -179,6 +184,17 @@ impl Target {
                     config.sets.iter().flat_map(|s| s.allocs.clone()).collect();
                 anyhow::ensure!(!seeds.is_empty(), "{} lists no allocs", w.config.display());
                 sdk(w, &seeds).await?
+            }
+            TargetKind::SeqsvrPlain => {
+                let config = use_identity(w, "seqsvr's cluster file")?;
+                let addr = match w.url.as_str() {
+                    "" => config.sets.iter().find_map(|s| s.allocs.first().cloned()),
+                    url => Some(url.to_string()),
+                };
+                let addr = addr.with_context(|| {
+                    format!("{} lists no allocs (or give --url)", w.config.display())
+                })?;
+                Target::Floor(seqsvr_client::store::alloc_channel(&addr)?)
             }
             TargetKind::Redis => {
                 let client = redis::Client::open(w.url.as_str())

@@ -199,7 +199,8 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<LoadSummary> {
     let t0 = Instant::now();
     let mut clients = Vec::with_capacity(cfg.clients);
     for _ in 0..cfg.clients {
-        clients.push(Arc::new(SeqClient::connect(&seeds, cfg.connect_wait).await?));
+        let sdk = SeqClient::connect(&seeds, cfg.connect_wait).await?;
+        clients.push(crate::nemesis::LoadClient::Sdk(Arc::new(sdk)));
     }
     let load = start_load(clients, uids, cfg.seed, t0);
     let (mut id_schemes, id_layouts) =

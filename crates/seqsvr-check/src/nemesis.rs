@@ -276,11 +276,57 @@ impl Load {
 /// coalesced into one RPC, so the SDK's coalescing is under test too.
 const WORKERS_PER_CLIENT: usize = 2;
 
+/// One client of the load: the SDK (its own route table, one hop per call), or a plain gRPC
+/// client with one AllocSvr's address that sends no `seqsvr-no-forward`, so its calls for uids
+/// that AllocSvr does not own are forwarded to their owners (issue 31).
+#[derive(Clone)]
+pub(crate) enum LoadClient {
+    Sdk(Arc<SeqClient>),
+    Plain(pb::seq_service_client::SeqServiceClient<tonic::transport::Channel>),
+}
+
+impl LoadClient {
+    /// A plain client of the AllocSvr at `addr` (over the process's TLS identity).
+    pub(crate) fn plain(addr: &str) -> anyhow::Result<LoadClient> {
+        let channel = seqsvr_client::store::alloc_channel(addr)?;
+        Ok(LoadClient::Plain(pb::seq_service_client::SeqServiceClient::new(channel)))
+    }
+
+    async fn next(&self, uid: u64, deadline: Duration) -> Result<Vec<u64>, tonic::Status> {
+        match self {
+            LoadClient::Sdk(c) => c.next(uid, deadline).await.map(|v| vec![v]),
+            LoadClient::Plain(c) => {
+                let mut r = tonic::Request::new(pb::NextRequest { uid, route_version: 0 });
+                r.set_timeout(deadline);
+                Ok(vec![c.clone().next(r).await?.into_inner().seq])
+            }
+        }
+    }
+
+    async fn next_batch(
+        &self,
+        uids: &[u64],
+        deadline: Duration,
+    ) -> Result<Vec<u64>, tonic::Status> {
+        match self {
+            LoadClient::Sdk(c) => c.next_batch(uids, deadline).await,
+            LoadClient::Plain(c) => {
+                let uids = uids.to_vec();
+                let batch = pb::NextBatchRequest { uids, route_version: 0, independent: false };
+                let mut r = tonic::Request::new(batch);
+                r.set_timeout(deadline);
+                Ok(c.clone().next_batch(r).await?.into_inner().seqs)
+            }
+        }
+    }
+}
+
 /// Each client has its own `SeqClient`, hence its own route table, as independent application
 /// servers would: during a hand-over some still go to the old owner while others already go to
-/// the new one, which is exactly where a broken hand-over shows.
+/// the new one, which is exactly where a broken hand-over shows. Plain clients
+/// ([`LoadClient::Plain`]) go through forwarding, where a hand-over shows at the hop.
 pub(crate) fn start_load(
-    clients: Vec<Arc<SeqClient>>,
+    clients: Vec<LoadClient>,
     uids: Vec<(u64, u64)>,
     seed: u64,
     t0: Instant,
@@ -318,7 +364,7 @@ pub(crate) fn start_load(
                     };
                     let invoke_ns = t0.elapsed().as_nanos() as u64;
                     let result = if batch.len() == 1 {
-                        client.next(batch[0], Duration::from_secs(3)).await.map(|v| vec![v])
+                        client.next(batch[0], Duration::from_secs(3)).await
                     } else {
                         client.next_batch(&batch, Duration::from_secs(3)).await
                     };
@@ -414,8 +460,16 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Summary> {
     }
     let t0 = Instant::now();
     let mut clients = Vec::with_capacity(cfg.clients);
-    for _ in 0..cfg.clients {
-        clients.push(Arc::new(SeqClient::connect(&seeds(&cluster), WAIT_MAX).await?));
+    for c in 0..cfg.clients {
+        // Every fourth client (the second of a run of at least two) is a plain gRPC client
+        // of one AllocSvr: a set's uids reach the others' owners through forwarding.
+        if c % 4 == 1 {
+            let set = &cluster.config.sets[c / 4 % cluster.config.sets.len()];
+            clients.push(LoadClient::plain(&set.allocs[c / 4 % set.allocs.len()])?);
+            continue;
+        }
+        let sdk = SeqClient::connect(&seeds(&cluster), WAIT_MAX).await?;
+        clients.push(LoadClient::Sdk(Arc::new(sdk)));
     }
     let load = start_load(clients, uids, cfg.seed, t0);
     // ---- ids (issue 10): the id load on every AllocSvr of every set ----

@@ -134,8 +134,9 @@ pub struct Ids {
 }
 
 /// An `IdService` client with the message size limits the crate uses for AllocSvrs.
-fn id_client(channel: Channel) -> IdServiceClient<Channel> {
-    IdServiceClient::new(channel)
+/// Every call marked [`crate::seq::NoForward`]: this client routes sessions itself.
+fn id_client(channel: Channel) -> IdServiceClient<crate::seq::AllocChannel> {
+    IdServiceClient::with_interceptor(channel, crate::seq::NoForward)
         .max_encoding_message_size(seqsvr_proto::SEQ_REQUEST_MAX_BYTES)
         .max_decoding_message_size(seqsvr_proto::REPLY_MAX_BYTES)
 }
@@ -614,7 +615,7 @@ impl IdClient {
     /// each call (round-robin); `attempt(client, addr, timeout)` is one try at one of them.
     async fn call<T, F, Fut>(&self, deadline: Duration, attempt: F) -> Result<T, Status>
     where
-        F: Fn(IdServiceClient<Channel>, String, Duration) -> Fut,
+        F: Fn(IdServiceClient<crate::seq::AllocChannel>, String, Duration) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
     {
         let until = Instant::now() + deadline;

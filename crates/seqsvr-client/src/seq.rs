@@ -153,10 +153,30 @@ struct Pending {
     reply: oneshot::Sender<Served>,
 }
 
+/// Adds [`seqsvr_proto::NO_FORWARD_METADATA`] to every call the SDK makes to an AllocSvr: the
+/// SDK follows the route tables itself, so an AllocSvr that does not own a uid answers NOT_OWNER
+/// with its table (one hop, no server-side forwarding behind the SDK's back).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoForward;
+
+impl tonic::service::Interceptor for NoForward {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        request.metadata_mut().insert(
+            seqsvr_proto::NO_FORWARD_METADATA,
+            tonic::metadata::MetadataValue::from_static("1"),
+        );
+        Ok(request)
+    }
+}
+
+/// A channel to an AllocSvr whose every call carries [`NoForward`].
+pub(crate) type AllocChannel = tonic::service::interceptor::InterceptedService<Channel, NoForward>;
+
 /// A `SeqService` client with the message size limits of the service
-/// (`seqsvr_proto::SEQ_REQUEST_MAX_BYTES` out, `REPLY_MAX_BYTES` in).
-fn seq_client(channel: Channel) -> SeqServiceClient<Channel> {
-    SeqServiceClient::new(channel)
+/// (`seqsvr_proto::SEQ_REQUEST_MAX_BYTES` out, `REPLY_MAX_BYTES` in), every call marked
+/// [`NoForward`].
+fn seq_client(channel: Channel) -> SeqServiceClient<AllocChannel> {
+    SeqServiceClient::with_interceptor(channel, NoForward)
         .max_encoding_message_size(seqsvr_proto::SEQ_REQUEST_MAX_BYTES)
         .max_decoding_message_size(seqsvr_proto::REPLY_MAX_BYTES)
 }
@@ -201,7 +221,7 @@ pub fn owner_addr_in(table: &pb::RouteTable, uid: u64) -> Option<&str> {
 /// stuck and is dropped (its other batches fail with it; the next batch opens a new one).
 /// Everything in flight finishes, or fails, even after the queue closed.
 async fn coalesce(
-    mut client: SeqServiceClient<Channel>,
+    mut client: SeqServiceClient<AllocChannel>,
     addr: String,
     mut queue: mpsc::Receiver<Pending>,
     options: SeqClientOptions,
@@ -389,7 +409,7 @@ impl BatchStream {
 
 /// Opens a `NextStream` to the AllocSvr (waits for its response headers, at most `timeout`).
 async fn open_stream(
-    client: &mut SeqServiceClient<Channel>,
+    client: &mut SeqServiceClient<AllocChannel>,
     max_in_flight: usize,
     timeout: Duration,
 ) -> Result<BatchStream, Status> {
@@ -480,7 +500,7 @@ fn answer_values(
 /// Sends one coalesced RPC (to an AllocSvr without `NextStream`) and hands each caller its
 /// answer.
 async fn send_coalesced(
-    mut client: SeqServiceClient<Channel>,
+    mut client: SeqServiceClient<AllocChannel>,
     addr: Arc<str>,
     batch: Vec<Pending>,
     timeout: Duration,
@@ -566,6 +586,19 @@ impl SeqClient {
     /// The route tables known now, one per set.
     pub fn route_tables(&self) -> Vec<pb::RouteTable> {
         self.routes().tables.clone()
+    }
+
+    /// The route table known now for the set that holds `uid`, if any.
+    pub fn route_table_for(&self, uid: u64) -> Option<pb::RouteTable> {
+        self.table_for(uid)
+    }
+
+    /// Keeps each of `tables` that is newer than the one held for its set (a table learnt
+    /// elsewhere, e.g. an AllocSvr's own from its store); a table never goes back.
+    pub fn learn_routes(&self, tables: &[pb::RouteTable]) {
+        for table in tables {
+            self.install(table.clone());
+        }
     }
 
     fn routes(&self) -> std::sync::RwLockReadGuard<'_, Routes> {

@@ -27,6 +27,19 @@ pub const ROUTE_TABLE_METADATA: &str = "seqsvr-route-table-bin";
 /// session is routed by (its owner is that uid's section's).
 pub const SESSION_UID_METADATA: &str = "x-seqsvr-session-uid";
 
+/// gRPC metadata key a caller sets (value `1`) to be answered only by the AllocSvr it called:
+/// without it, an AllocSvr forwards a call for a uid (or a `rongcloud` session) another
+/// AllocSvr owns to that owner, one hop at most. The Rust SDK sets it on every call (it follows
+/// route tables itself), and an AllocSvr forwarding a call does too, so a forwarded call is
+/// never forwarded again; an AllocSvr's own identity (role `alloc`) may call `SeqService` and
+/// `IdService` only with it.
+pub const NO_FORWARD_METADATA: &str = "seqsvr-no-forward";
+
+/// Does `metadata` ask not to be forwarded ([`NO_FORWARD_METADATA`] is `1`)?
+pub fn no_forward(metadata: &tonic::metadata::MetadataMap) -> bool {
+    metadata.get(NO_FORWARD_METADATA).is_some_and(|v| v.as_bytes() == b"1")
+}
+
 /// gRPC metadata key of a request id: taken from the caller when it sends one, passed by an
 /// AllocSvr to the store on the advance a waiting call triggered, and logged with both.
 pub const REQUEST_ID_METADATA: &str = "x-request-id";

@@ -27,26 +27,36 @@ pub struct Grant {
     pub plane: Plane,
     pub role: Role,
     pub set: Option<SetId>,
+    /// Only for a call marked [`seqsvr_proto::NO_FORWARD_METADATA`] (one the server answers
+    /// itself, never forwards on).
+    pub unforwarded_only: bool,
 }
 
 impl Grant {
     const fn of(plane: Plane, role: Role) -> Grant {
-        Grant { plane, role, set: None }
+        Grant { plane, role, set: None, unforwarded_only: false }
     }
 
     const fn peer(set: SetId) -> Grant {
-        Grant { plane: Plane::Peer, role: Role::Peer, set: Some(set) }
+        Grant { plane: Plane::Peer, role: Role::Peer, set: Some(set), unforwarded_only: false }
     }
 
     const fn alloc_of(set: SetId) -> Grant {
-        Grant { plane: Plane::Store, role: Role::Alloc, set: Some(set) }
+        Grant { plane: Plane::Store, role: Role::Alloc, set: Some(set), unforwarded_only: false }
     }
 
-    /// Does an identity with `entry` fit this grant? A grant for a set needs an identity of that
-    /// set; an `alloc` identity that names no set (written before allocs named theirs) may act
-    /// in any set.
-    fn fits(&self, entry: &IdentityEntry) -> bool {
+    /// An AllocSvr of any set forwarding a call to the owner: its own (store-plane) identity,
+    /// on a call marked not to be forwarded again, so a hop never becomes a chain or a loop.
+    const fn forwarding_alloc() -> Grant {
+        Grant { plane: Plane::Store, role: Role::Alloc, set: None, unforwarded_only: true }
+    }
+
+    /// Does an identity with `entry` fit this grant, on a call marked not to be forwarded
+    /// (`no_forward`) or not? A grant for a set needs an identity of that set; an `alloc`
+    /// identity that names no set (written before allocs named theirs) may act in any set.
+    fn fits(&self, entry: &IdentityEntry, no_forward: bool) -> bool {
         self.role == entry.role()
+            && (no_forward || !self.unforwarded_only)
             && match (self.set, entry.set()) {
                 (None, _) => true,
                 (Some(want), Some(have)) => want == have,
@@ -55,9 +65,14 @@ impl Grant {
     }
 
     fn text(&self) -> String {
-        match self.set {
-            Some(set) => format!("{} of set {set}", self.role),
-            None => self.role.to_string(),
+        match (self.set, self.unforwarded_only) {
+            (Some(set), _) => format!("{} of set {set}", self.role),
+            (None, true) => format!(
+                "{} (on a call marked `{}: 1`, as a forwarding AllocSvr sends)",
+                self.role,
+                seqsvr_proto::NO_FORWARD_METADATA
+            ),
+            (None, false) => self.role.to_string(),
         }
     }
 }
@@ -83,9 +98,12 @@ pub fn need_for(kind: ServerKind, call: &str) -> Option<Need> {
             | "grpc.reflection.v1.ServerReflection"
             | "grpc.reflection.v1alpha.ServerReflection",
         ) => Some(Need::AnyVerified),
-        (ServerKind::AllocSvr, "seqsvr.v1.SeqService" | "seqsvr.v1.IdService") => {
-            one_of(&[Grant::of(Plane::Client, Role::Client), Grant::of(Plane::Client, Role::Admin)])
-        }
+        // An AllocSvr forwards a call for a uid another one owns to that owner, as itself.
+        (ServerKind::AllocSvr, "seqsvr.v1.SeqService" | "seqsvr.v1.IdService") => one_of(&[
+            Grant::of(Plane::Client, Role::Client),
+            Grant::of(Plane::Client, Role::Admin),
+            Grant::forwarding_alloc(),
+        ]),
         // `seqctl store get/advance` use StoreService as an admin; an AllocSvr only in its own
         // set, and that it acts only for its own registration is checked by the handler
         // (`alloc_identity`, then the store's `ControlState::check_holder`).
@@ -114,12 +132,14 @@ fn describe(name: &str, entry: &IdentityEntry) -> String {
 }
 
 /// The decision for one call: the caller (when the identity is known) or the refusal message.
-/// `call` is `Service/Method`, as it appears in messages.
+/// `call` is `Service/Method`, as it appears in messages; `no_forward`: the call is marked
+/// [`seqsvr_proto::NO_FORWARD_METADATA`].
 pub fn authorize(
     tls: &TlsConfig,
     kind: ServerKind,
     peer: &PeerIdentity,
     call: &str,
+    no_forward: bool,
 ) -> Result<Option<Caller>, String> {
     let resolved = tls.resolve_identity(peer.cn.as_deref(), &peer.dns_sans);
     let caller = resolved.as_ref().ok().map(|(name, e)| Caller {
@@ -142,7 +162,7 @@ pub fn authorize(
         }
     };
     // Every call of every RPC comes here: the messages are only made for a refusal.
-    let mut fits = grants.iter().filter(|g| g.fits(&entry)).peekable();
+    let mut fits = grants.iter().filter(|g| g.fits(&entry, no_forward)).peekable();
     let Some(first_fit) = fits.peek().copied() else {
         let needs: Vec<String> = grants.iter().map(Grant::text).collect();
         let who = describe(&name, &entry);
@@ -345,7 +365,7 @@ peer_ca = "p.pem"
     const ALL: &[Plane] = &[Plane::Client, Plane::Store, Plane::Peer];
 
     fn check(kind: ServerKind, p: &PeerIdentity, path: &str) -> Result<Option<Caller>, String> {
-        authorize(&tls_config(), kind, p, path)
+        authorize(&tls_config(), kind, p, path, false)
     }
 
     #[test]
@@ -367,7 +387,24 @@ peer_ca = "p.pem"
         assert!(check(STORE0, &alloc, "seqsvr.v1.StoreService/Heartbeat").is_ok());
         assert!(check(ServerKind::AllocSvr, &client, "seqsvr.v1.SeqService/Next").is_ok());
         assert!(check(ServerKind::AllocSvr, &admin, "seqsvr.v1.SeqService/Next").is_ok());
-        assert!(check(ServerKind::AllocSvr, &alloc, "seqsvr.v1.SeqService/Next").is_err());
+        let err = check(ServerKind::AllocSvr, &alloc, "seqsvr.v1.SeqService/Next").unwrap_err();
+        assert!(err.contains("marked `seqsvr-no-forward: 1`"), "{err}");
+        // An AllocSvr's own identity, forwarding a call (marked not to be forwarded again).
+        let forwarded = |path| authorize(&tls_config(), ServerKind::AllocSvr, &alloc, path, true);
+        assert!(forwarded("seqsvr.v1.SeqService/Next").is_ok());
+        assert!(forwarded("seqsvr.v1.IdService/NextIds").is_ok());
+        // ...on its own plane only: an application CA's certificate named like it gets nothing.
+        let client_plane_alloc = peer("alloc", &[Plane::Client]);
+        let tls = tls_config();
+        let err = authorize(
+            &tls,
+            ServerKind::AllocSvr,
+            &client_plane_alloc,
+            "seqsvr.v1.SeqService/Next",
+            true,
+        )
+        .unwrap_err();
+        assert!(err.contains("store_ca"), "{err}");
         // A service the server does not run is refused, not passed through.
         assert!(check(ServerKind::AllocSvr, &admin, "seqsvr.v1.StoreAdmin/Status").is_err());
         assert!(check(STORE0, &admin, "other.Thing/Do").is_err());

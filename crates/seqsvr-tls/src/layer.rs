@@ -87,7 +87,13 @@ where
         let path = req.uri().path().trim_start_matches('/');
         let peer = req.extensions().get::<PeerIdentity>();
         let decision = match peer {
-            Some(peer) => authorize(tls, *kind, peer, path),
+            Some(peer) => {
+                let no_forward = req
+                    .headers()
+                    .get(seqsvr_proto::NO_FORWARD_METADATA)
+                    .is_some_and(|v| v.as_bytes() == b"1");
+                authorize(tls, *kind, peer, path, no_forward)
+            }
             None => Err(format!("may not call {path}: not a verified TLS connection")),
         };
         let remote = peer.and_then(|p| p.remote_addr);

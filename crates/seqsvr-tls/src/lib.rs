@@ -109,7 +109,8 @@ pub enum ServerKind {
 impl ServerKind {
     pub fn planes(self) -> &'static [Plane] {
         match self {
-            ServerKind::AllocSvr => &[Plane::Client],
+            // The store plane for AllocSvrs forwarding calls (`authz.rs`).
+            ServerKind::AllocSvr => &[Plane::Client, Plane::Store],
             ServerKind::StoreSvr { .. } => &[Plane::Store, Plane::Peer],
         }
     }

@@ -28,3 +28,4 @@ mod t95_teeth_release_before_stop;
 mod t95_teeth_worker_wait;
 mod t96_tls;
 mod t97_ids;
+mod t98_forwarding;

@@ -38,7 +38,7 @@ mod sessions;
 mod workers;
 
 use crate::config::SchemeSetup;
-use crate::rpc::{call_deadline, to_status, AllocError, HeldUntilSent};
+use crate::rpc::{call_deadline, to_status, AllocError, HeldUntilSent, WaitSlot};
 use crate::state::Shared;
 use seqsvr_core::idscheme::Scheme;
 use seqsvr_proto::v1 as pb;
@@ -83,6 +83,7 @@ impl IdServer {
         request: Request<pb::NextIdsRequest>,
     ) -> Result<(pb::NextIdsResponse, HeldUntilSent), AllocError> {
         let deadline = call_deadline(&request, self.shared.config.tuning.request_timeout_ms);
+        let may_forward = !seqsvr_proto::no_forward(request.metadata());
         let r = request.into_inner();
         let setup = self.setup(&r.scheme)?;
         let layout = &setup.layout;
@@ -109,7 +110,23 @@ impl IdServer {
         // `alloc.max_ids_in_flight` before any is allocated, and until the client has them.
         let in_flight = HeldUntilSent::new(self.ids_in_flight(r.count)?);
         if layout.scheme() == Scheme::RongCloud {
-            let (session_uid, out) = sessions::next_ids(&self.shared, &r, setup, deadline).await?;
+            let issued = sessions::next_ids(&self.shared, &r, setup, deadline).await;
+            let (session_uid, out) = match issued {
+                // Another AllocSvr's session: to its owner, one hop (`forward.rs`).
+                Err(
+                    AllocError::SessionNotOwner { uid, .. } | AllocError::SessionOtherSet { uid },
+                ) if may_forward => {
+                    let _slot = WaitSlot::take_for_ids(&self.shared)?;
+                    self.shared.metrics.forwarded_sessions.increment(1);
+                    tracing::debug!(scheme = %r.scheme, session_uid = uid,
+                        "session call forwarded to the owner");
+                    let response = self.shared.forward.session_ids(&r, uid, deadline).await;
+                    let response =
+                        response.map_err(|status| AllocError::Forwarded(Box::new(status)))?;
+                    return Ok((response, in_flight));
+                }
+                issued => issued?,
+            };
             self.shared.metrics.ids_issued.increment(out.len() as u64);
             let mut response = pb::NextIdsResponse { session_uid, ..Default::default() };
             seqsvr_proto::put_ids128(&mut response, &out, r.packed_ids128);

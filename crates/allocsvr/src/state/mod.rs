@@ -149,6 +149,8 @@ pub struct Shared {
     pub stream_slots: Arc<tokio::sync::Semaphore>,
     /// What the public calls may hold in memory ([`budgets`]).
     pub budgets: budgets::Budgets,
+    /// Where calls for uids this AllocSvr does not own go (`forward.rs`).
+    pub forward: crate::forward::Forwarder,
 }
 
 impl Shared {
@@ -173,7 +175,10 @@ impl Shared {
         let budgets = budgets::Budgets::new(&config.tuning);
         let metrics = AllocMetrics::new();
         metrics.budget_limits(&config.tuning);
+        let forward =
+            crate::forward::Forwarder::new(config.forward.clone(), &config.addr, config.set_id);
         Ok(Arc::new(Shared {
+            forward,
             ids,
             id_locks,
             config,
