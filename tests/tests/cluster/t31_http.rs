@@ -29,7 +29,7 @@ async fn http_json_next_and_current_over_mutual_tls() {
     let target = HttpTarget::with_identity(&addr, &identity).expect("a client configuration");
     let (a, b) = (42u64, 99_999u64);
     let mut last: BTreeMap<u64, u64> = BTreeMap::new();
-    let mut check = |uid: u64, seq: u64| {
+    let check = |last: &mut BTreeMap<u64, u64>, uid: u64, seq: u64| {
         let before = last.insert(uid, seq).unwrap_or(0);
         assert!(seq > before, "uid {uid}: {seq} after {before}");
     };
@@ -44,10 +44,11 @@ async fn http_json_next_and_current_over_mutual_tls() {
             let got = values(&reply.json());
             assert_eq!(got.iter().map(|(u, _)| *u).collect::<Vec<_>>(), [a, a, b]);
             for (uid, seq) in got {
-                check(uid, seq);
+                check(&mut last, uid, seq);
             }
             // The SDK's gRPC calls and HTTP's draw from one table.
-            check(a, client.next(a, seqsvr_check::cluster::WAIT_MAX).await.expect("served"));
+            let sdk = client.next(a, seqsvr_check::cluster::WAIT_MAX).await.expect("served");
+            check(&mut last, a, sdk);
             let reply = conn.get(&format!("/v1/seq/{a}")).await.expect("answered");
             assert_eq!(reply.status, 200, "{reply:?}");
             assert_eq!(reply.json(), json!({"uid": a.to_string(), "seq": last[&a].to_string()}));
