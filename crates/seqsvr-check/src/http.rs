@@ -105,11 +105,22 @@ pub struct HttpConn {
 impl HttpConn {
     /// Connects to `target` and agrees on `version` (over TLS, offered alone by ALPN).
     pub async fn connect(target: &HttpTarget, version: HttpVersion) -> Result<HttpConn, String> {
+        HttpConn::connect_with(target, version, None).await
+    }
+
+    /// [`HttpConn::connect`]; over HTTP/2 with windows (stream and connection) of
+    /// `h2_window` bytes instead of hyper's megabytes: what the server may send before the
+    /// client reads.
+    pub async fn connect_with(
+        target: &HttpTarget,
+        version: HttpVersion,
+        h2_window: Option<u32>,
+    ) -> Result<HttpConn, String> {
         let tcp = tokio::net::TcpStream::connect(&target.addr).await.map_err(|e| e.to_string())?;
         let _ = tcp.set_nodelay(true);
         let authority = target.addr.clone();
         let sender = match &target.tls {
-            None => handshake(TokioIo::new(tcp), version).await?,
+            None => handshake(TokioIo::new(tcp), version, h2_window).await?,
             Some((config, name)) => {
                 let name = ServerName::try_from(name.clone()).map_err(|e| e.to_string())?;
                 let mut config = (**config).clone();
@@ -121,7 +132,7 @@ impl HttpConn {
                     .connect(name, tcp)
                     .await
                     .map_err(|e| format!("TLS handshake: {e}"))?;
-                handshake(TokioIo::new(stream), version).await?
+                handshake(TokioIo::new(stream), version, h2_window).await?
             }
         };
         Ok(HttpConn { sender, authority })
@@ -135,6 +146,21 @@ impl HttpConn {
         headers: &[(&str, &str)],
         body: impl Into<Bytes>,
     ) -> Result<HttpReply, String> {
+        let response = self.send_unread(method, path, headers, body).await?;
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.map_err(|e| format!("body: {e}"))?.to_bytes();
+        Ok(HttpReply { status: parts.status.as_u16(), headers: parts.headers, body })
+    }
+
+    /// [`HttpConn::send`], answered once the answer's headers arrived, its body not read yet
+    /// (a client that reads slowly).
+    pub async fn send_unread(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Bytes>,
+    ) -> Result<http::Response<hyper::body::Incoming>, String> {
         let uri = match self.sender {
             // HTTP/2 takes the authority from the URI (`:authority`), HTTP/1.1 from `Host`.
             Sender::H1(_) => path.to_string(),
@@ -159,10 +185,8 @@ impl HttpConn {
                 s.send_request(request).await
             }
         }
-        .map_err(|e| format!("no answer: {e}"))?;
-        let (parts, body) = response.into_parts();
-        let body = body.collect().await.map_err(|e| format!("body: {e}"))?.to_bytes();
-        Ok(HttpReply { status: parts.status.as_u16(), headers: parts.headers, body })
+        .map_err(|e| format!("no answer: {e}"));
+        response
     }
 
     /// `GET path`.
@@ -182,7 +206,11 @@ impl HttpConn {
 }
 
 /// The HTTP handshake over `io`; the connection is driven by a task of its own.
-async fn handshake<I>(io: TokioIo<I>, version: HttpVersion) -> Result<Sender, String>
+async fn handshake<I>(
+    io: TokioIo<I>,
+    version: HttpVersion,
+    h2_window: Option<u32>,
+) -> Result<Sender, String>
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -193,8 +221,11 @@ where
             Ok(Sender::H1(sender))
         }
         HttpVersion::Http2 => {
-            let (sender, conn) =
-                http2::handshake(TokioExecutor::new(), io).await.map_err(|e| e.to_string())?;
+            let mut builder = http2::Builder::new(TokioExecutor::new());
+            if let Some(window) = h2_window {
+                builder.initial_stream_window_size(window).initial_connection_window_size(window);
+            }
+            let (sender, conn) = builder.handshake(io).await.map_err(|e| e.to_string())?;
             tokio::spawn(conn);
             Ok(Sender::H2(sender))
         }

@@ -118,9 +118,8 @@ fn is_json(headers: &HeaderMap) -> bool {
 }
 
 /// The request's parts and its body as `T`: refused with 415 unless its content type is JSON,
-/// 413 past `max_bytes` (before more is read, from `Content-Length` when given: the connection
-/// then closes after the answer, an HTTP/1.1 one at least), 400 when it is not the JSON of `T`
-/// (the message says where; the hint shows `example`).
+/// 413 past `max_bytes` (before more is read, from `Content-Length` when given), 400 when it is
+/// not the JSON of `T` (the message says where; the hint shows `example`).
 pub async fn read_json<T: serde::de::DeserializeOwned>(
     request: Request,
     max_bytes: usize,
@@ -128,8 +127,6 @@ pub async fn read_json<T: serde::de::DeserializeOwned>(
 ) -> Result<(Parts, T), HttpError> {
     let (parts, body) = request.into_parts();
     if !is_json(&parts.headers) {
-        // Read (up to the limit) and dropped, so an HTTP/1.1 connection stays usable.
-        let _ = http_body_util::Limited::new(body, max_bytes).collect().await;
         let given = parts.headers.get(header::CONTENT_TYPE).map(|v| v.to_str().unwrap_or("?"));
         let message = match given {
             Some(t) => format!("the body's Content-Type {t:?} is not JSON"),
@@ -212,16 +209,20 @@ pub fn reply<T: serde::Serialize>(
 ) -> Result<Response, HttpError> {
     let bytes = serde_json::to_vec(value)
         .map_err(|e| HttpError::internal(&format!("the answer does not serialise: {e}")))?;
-    let body = HeldBody { body: http_body_util::Full::new(bytes.into()), _held: held };
+    let body = HeldBody { rest: bytes.into(), _held: held };
     let mut response = Response::new(axum::body::Body::new(body));
     let json = HeaderValue::from_static(seqsvr_tls::http_error::JSON);
     response.headers_mut().insert(header::CONTENT_TYPE, json);
     Ok(response)
 }
 
-/// A reply's body and the budget it holds until dropped (once sent, or its call reset).
+/// A reply's body and the budget it holds until dropped (once sent, or its call reset),
+/// handed to the transport in pieces of at most [`crate::rpc::HELD_PIECE_BYTES`]: HTTP/2 asks
+/// for the next piece only once the client's window has room, so an answer the client does not
+/// read keeps most of its bytes here, counted, and its budget held (one piece of all would be
+/// taken at once into the transport's buffer, and the body dropped).
 struct HeldBody {
-    body: http_body_util::Full<bytes::Bytes>,
+    rest: bytes::Bytes,
     _held: Option<HeldUntilSent>,
 }
 
@@ -231,16 +232,21 @@ impl http_body::Body for HeldBody {
 
     fn poll_frame(
         mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
+        _: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+        if self.rest.is_empty() {
+            return std::task::Poll::Ready(None);
+        }
+        let n = self.rest.len().min(crate::rpc::HELD_PIECE_BYTES);
+        let piece = self.rest.split_to(n);
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(piece))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        self.rest.is_empty()
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
+        http_body::SizeHint::with_exact(self.rest.len() as u64)
     }
 }

@@ -160,6 +160,34 @@ async fn seq_routes_answer_over_http1_and_http2_on_one_port() {
     }
 }
 
+/// A `POST /v1/seq/next` answer holds its bytes of `alloc.max_stream_bytes` until the client
+/// has read it, as the `NextBatch` reply it stands for would (`rpc::HoldReplies`): an HTTP/2
+/// client that reads nothing parks no uncounted answers. Fails when the handler drops the
+/// budget with the gRPC answer.
+#[tokio::test]
+async fn a_seq_answer_holds_its_budget_until_read() {
+    use http_body_util::BodyExt as _;
+    let s = serve(alloc(|_| {}), None).await;
+    let target = HttpTarget::plaintext(&s.addr.to_string());
+    let conn = HttpConn::connect_with(&target, HttpVersion::Http2, Some(65_535)).await;
+    let mut conn = conn.expect("connected");
+    // 5,000 values of about 25 bytes: more than the 64 KiB HTTP/2 window of an unread stream.
+    let body = json!({ "uids": vec!["15"; 5_000] }).to_string();
+    let headers = [("content-type", "application/json")];
+    let unread = conn.send_unread("POST", "/v1/seq/next", &headers, body).await;
+    let unread = unread.expect("answered");
+    assert_eq!(unread.status(), 200);
+    let held = || s.shared.budgets.stream_bytes_in_use();
+    assert!(held() > 0, "the unread answer holds its budget");
+    let read = unread.into_body().collect().await.expect("the body").to_bytes();
+    assert!(read.len() > 64 * 1024, "{} bytes", read.len());
+    let guard = tokio::time::Instant::now() + Duration::from_secs(20);
+    while held() > 0 {
+        assert!(tokio::time::Instant::now() < guard, "never given back once read");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 /// Every bad input of `POST /v1/seq/next` and `GET /v1/seq/{uid}` (issue 31, item 4) is
 /// answered with its status, its gRPC code's name and a message saying what is wrong; none
 /// changes anything.
@@ -305,7 +333,7 @@ async fn bad_seq_requests_get_their_status_and_change_nothing() {
         let (status, _, message) = error_of(&reply.expect("answered"));
         assert_eq!(status, 400, "{message}");
         assert!(message.contains("Seqsvr-Timeout-Ms \"soon\""), "{message}");
-        // Last: refused unread, so the connection closes after the answer.
+        // Last: refused unread (the connection may close after the answer).
         let headers = [("content-type", "application/json")];
         let reply = conn.send("POST", "/v1/seq/next", &headers, huge.clone()).await;
         let (status, code, message) = error_of(&reply.expect("answered"));
