@@ -20,10 +20,13 @@
 //!   `rongcloud` ids issued by the owner of each session's section (`ids/sessions.rs`).
 //! - [`observe`]: gauges and gRPC health (SERVING only while the lease is valid), refreshed
 //!   every 100 ms.
+//! - [`http`]: the HTTP/JSON API beside gRPC on the same port (issue 31): each route calls the
+//!   gRPC method of [`service`] or [`ids`] in process.
 //! - the allocation table itself is pure logic in `seqsvr_core::alloc`.
 
 pub mod config;
 pub mod forward;
+pub mod http;
 pub mod ids;
 pub mod lease;
 pub mod metrics;
@@ -114,6 +117,7 @@ pub async fn run(config: AllocConfig, shutdown: impl Future<Output = ()>) -> any
 
     let services = [SEQ_SERVICE, ID_SERVICE];
     let (health, health_service) = seqsvr_server::grpc::Health::new(&services).await;
+    let http_health = health.clone();
     let observe_task = tokio::spawn(observe::observe(shared.clone(), health, stop_rx_observe));
     let (reflection_v1, reflection_v1alpha) = seqsvr_server::grpc::reflection(&services)?;
     // Once shutdown began: the hand-back (within request_timeout_ms), then the calls still open
@@ -126,15 +130,18 @@ pub async fn run(config: AllocConfig, shutdown: impl Future<Output = ()>) -> any
         let _ = shutdown_began.wait_for(|&stopped| stopped).await;
         tokio::time::sleep(drain_limit).await;
     };
-    let server = seqsvr_server::grpc::ConnectionLimits::SERVER
-        .apply(tonic::transport::Server::builder())
-        .tcp_nodelay(true)
-        .layer(seqsvr_tls::auth_layer(tls.as_ref()))
-        .add_service(health_service)
+    let grpc = tonic::service::Routes::new(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(seq_service(shared.clone()))
-        .add_service(id_service(shared.clone()))
+        .add_service(id_service(shared.clone()));
+    let server = seqsvr_server::grpc::ConnectionLimits::SERVER
+        .apply(tonic::transport::Server::builder())
+        .tcp_nodelay(true)
+        // The HTTP/JSON API (http/) speaks HTTP/1.1 too; each connection's first bytes tell.
+        .accept_http1(true)
+        .layer(seqsvr_tls::auth_layer(tls.as_ref()))
+        .add_routes(http::beside(grpc, shared.clone(), http_health))
         .serve_maybe_tls(listener, tls.as_ref(), {
             let (shared, stop) = (shared.clone(), stop.clone());
             let mut fatal = shared.fatal.subscribe();

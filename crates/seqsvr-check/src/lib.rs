@@ -6,6 +6,7 @@
 //! - [`cluster`]: the process harness (start, kill -9, SIGSTOP, restart, wipe a data dir, add
 //!   store members, wait) shared with the cluster tests.
 //! - [`proxy`]: fault-injecting TCP proxies for cutting single links.
+//! - [`http`]: an HTTP/1.1 or HTTP/2 client of the AllocSvr's HTTP/JSON API (issue 31).
 //! - [`observe`]: a process's `/metrics` and gRPC health, read as an operator's tools do.
 //! - [`nemesis`]: seeded fault schedules and the runner behind `seqcheck nemesis`.
 //! - [`load`]: `seqcheck load`: the nemesis's client load against any running cluster (a cluster
@@ -20,6 +21,7 @@
 pub mod cluster;
 pub mod history;
 pub mod hostile;
+pub mod http;
 pub mod ids;
 pub mod load;
 pub mod lost_disk;

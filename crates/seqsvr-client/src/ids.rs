@@ -1268,6 +1268,64 @@ impl DecodedId {
     }
 }
 
+/// A decoded id as JSON shows it: `seqctl id decode --json` prints it, the AllocSvr's HTTP API
+/// (`GET /v1/ids/{scheme}/decode/{id}`) answers it; one object, the fields the scheme lacks
+/// null, the id itself a string (it may not fit a JSON reader's doubles).
+#[derive(Debug, serde::Serialize)]
+pub struct DecodedView {
+    /// The name in `[ids.schemes]`.
+    pub scheme: String,
+    pub kind: String,
+    /// The id as a decimal number (a string: it may not fit a JSON reader's doubles).
+    pub id: String,
+    /// The canonical text form.
+    pub text: String,
+    /// RFC 3339, UTC, the start of the id's time unit.
+    pub time: String,
+    /// The raw time field: `unit`s since `epoch`.
+    pub time_units: u64,
+    pub unit: String,
+    pub epoch: String,
+    pub unix_ms: u64,
+    pub worker: Option<u64>,
+    pub business: Option<u64>,
+    pub session_type: Option<u64>,
+    pub session_hash: Option<u64>,
+    pub sequence: u64,
+    /// uuidv7's `rand_b` (its top 16 bits are the worker id).
+    pub rand: Option<u64>,
+    /// The bit fields, most significant first.
+    pub layout: String,
+    /// How long the layout's time field lasts (`Layout::describe_range`).
+    pub range: String,
+}
+
+impl DecodedView {
+    /// The view of `d`, an id of the scheme named `name` in `[ids.schemes]`.
+    pub fn new(name: &str, d: &DecodedId) -> DecodedView {
+        let field = |part: Part, value: u64| d.has(part).then_some(value);
+        DecodedView {
+            scheme: name.to_string(),
+            kind: d.scheme.to_string(),
+            id: d.id.to_string(),
+            text: d.text.clone(),
+            time: d.time_rfc3339.clone(),
+            time_units: d.time_units,
+            unit: d.unit.to_string(),
+            epoch: d.epoch_rfc3339.clone(),
+            unix_ms: d.unix_ms,
+            worker: d.worker,
+            business: field(Part::Business, d.fields.business),
+            session_type: field(Part::SessionType, d.fields.session_type),
+            session_hash: field(Part::SessionHash, d.fields.session_hash),
+            sequence: d.fields.sequence,
+            rand: field(Part::Rand, d.fields.rand),
+            layout: d.bits.clone(),
+            range: d.range.clone(),
+        }
+    }
+}
+
 /// Decodes `text_or_id` in `layout` without a server: the id's text form ([`Layout::parse`]:
 /// decimal for the 64-bit schemes, the 8-4-4-4-12 form for uuidv7, the 19-character form for
 /// rongcloud), or, for the wider schemes, the id as a decimal number. Errors say why it is not

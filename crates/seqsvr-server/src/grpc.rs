@@ -71,6 +71,12 @@ impl Health {
         (health, service)
     }
 
+    /// Whether it reports SERVING now (what HTTP readiness probes are answered from, so they
+    /// and gRPC health never disagree).
+    pub fn serving(&self) -> bool {
+        self.serving.lock().unwrap_or_else(|e| e.into_inner()).unwrap_or(false)
+    }
+
     /// Sets SERVING or NOT_SERVING; a change is logged at info with `reason`.
     pub async fn set(&self, serving: bool, reason: &str) {
         let changed = {

@@ -6,7 +6,8 @@
 //! per remote IP and, for TLS, on handshakes in progress; past one, closed at once.
 //!
 //! [`ServerTls`] is built from the server's own certificate chain and key and the CA bundles of
-//! the planes it serves; it *requires* a client certificate (TLS 1.2 or 1.3, ALPN `h2`). It is
+//! the planes it serves; it *requires* a client certificate (TLS 1.2 or 1.3, ALPN `h2`, and
+//! `http/1.1` on an AllocSvr, which serves its HTTP/JSON API beside gRPC). It is
 //! rebuilt when its files change (`reload.rs`: checked at most once a second, on a new
 //! connection), so certificates and CA bundles rotate without a restart; open connections keep
 //! the configuration they started with.
@@ -93,12 +94,23 @@ impl Source for ServerFiles {
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
             .with_client_cert_verifier(verifier)
             .with_single_cert(chain, key)?;
-        config.alpn_protocols = vec![b"h2".to_vec()];
+        config.alpn_protocols = alpn_of(self.kind);
         Ok(Loaded { config: Arc::new(config), planes: Arc::new(planes) })
     }
 
     fn cert(&self) -> String {
         self.files.cert.display().to_string()
+    }
+}
+
+/// The application protocols a server of `kind` offers in the handshake, preferred first: `h2`
+/// (gRPC) everywhere; an AllocSvr also `http/1.1`, for HTTP/JSON clients that speak only it
+/// (`curl --http1.1`, most load-balancer probes). Without it such a client's handshake fails
+/// (no common protocol) before any request could be answered.
+fn alpn_of(kind: ServerKind) -> Vec<Vec<u8>> {
+    match kind {
+        ServerKind::AllocSvr => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+        ServerKind::StoreSvr { .. } => vec![b"h2".to_vec()],
     }
 }
 

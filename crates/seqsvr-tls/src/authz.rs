@@ -120,6 +120,22 @@ pub fn need_for(kind: ServerKind, call: &str) -> Option<Need> {
             one_of(&[Grant::of(Plane::Store, Role::Admin)])
         }
         (ServerKind::StoreSvr { set }, "seqsvr.v1.RaftTransport") => one_of(&[Grant::peer(set)]),
+        _ => need_for_http(kind, call),
+    }
+}
+
+/// The rows of the AllocSvr's HTTP/JSON API (issue 31), whose paths are not `Service/Method`:
+/// everything under `v1/` (sequences and ids) needs a client or an admin of the client plane,
+/// as `SeqService` does; the probes `healthz` and `readyz` any verified certificate, as gRPC
+/// health does. A path under `v1/` the API does not serve passes here and is answered 404 by
+/// the API's router; any other path is refused.
+fn need_for_http(kind: ServerKind, call: &str) -> Option<Need> {
+    match kind {
+        ServerKind::AllocSvr if call == "healthz" || call == "readyz" => Some(Need::AnyVerified),
+        ServerKind::AllocSvr if call.starts_with("v1/") => Some(Need::OneOf(vec![
+            Grant::of(Plane::Client, Role::Client),
+            Grant::of(Plane::Client, Role::Admin),
+        ])),
         _ => None,
     }
 }
@@ -322,10 +338,11 @@ fn require_own_node_logged<T>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn tls_config() -> TlsConfig {
+    /// Two sets, and an identity of each role (`app-1` client, `alloc`, `admin`, peers).
+    pub(crate) fn tls_config() -> TlsConfig {
         let text = r#"
 [[sets]]
 id = 0
@@ -408,6 +425,30 @@ peer_ca = "p.pem"
         // A service the server does not run is refused, not passed through.
         assert!(check(ServerKind::AllocSvr, &admin, "seqsvr.v1.StoreAdmin/Status").is_err());
         assert!(check(STORE0, &admin, "other.Thing/Do").is_err());
+    }
+
+    /// The HTTP/JSON API's paths: clients and admins under `v1/`, any verified certificate for
+    /// the probes, on an AllocSvr only; nothing else passes (not `v1` itself, not a StoreSvr).
+    #[test]
+    fn the_http_api_needs_the_roles_of_seq_service() {
+        let (admin, client, alloc) = (peer("admin", ALL), peer("app-1", ALL), peer("alloc", ALL));
+        let stranger = peer("stranger", ALL);
+        let alloc_svr = ServerKind::AllocSvr;
+        for path in ["v1/seq/next", "v1/seq/42", "v1/ids/snowflake/next", "v1/nope"] {
+            assert!(check(alloc_svr, &client, path).is_ok(), "{path}");
+            assert!(check(alloc_svr, &admin, path).is_ok(), "{path}");
+            let err = check(alloc_svr, &alloc, path).unwrap_err();
+            assert!(err.contains("needs role client or admin"), "{err}");
+            assert!(check(alloc_svr, &stranger, path).is_err(), "{path}");
+            assert!(check(STORE0, &admin, path).is_err(), "a StoreSvr serves no HTTP: {path}");
+        }
+        for probe in ["healthz", "readyz"] {
+            assert_eq!(check(alloc_svr, &stranger, probe), Ok(None), "{probe}");
+            assert!(check(STORE0, &stranger, probe).is_err(), "{probe}");
+        }
+        for other in ["v1", "v2/seq/next", "healthz/x", "metrics", ""] {
+            assert!(check(alloc_svr, &admin, other).is_err(), "{other:?}");
+        }
     }
 
     #[test]

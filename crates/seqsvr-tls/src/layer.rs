@@ -1,7 +1,9 @@
 //! The tower layer in front of every service ([`AuthLayer`]): takes the [`PeerIdentity`] the
 //! handshake recorded, asks `authz.rs` whether it may make the call, answers
 //! `PERMISSION_DENIED` (and an audit line) when not, hands the handler a [`Caller`] when it may,
-//! and writes an audit line with the gRPC status of every admin-role call.
+//! and writes an audit line with the gRPC status of every admin-role call. A refusal is
+//! answered in the caller's protocol: a gRPC status to a gRPC call, HTTP 403 with the JSON
+//! error body (`http_error.rs`) to an HTTP/JSON request (the AllocSvr's HTTP API).
 
 use crate::accept::TlsSetup;
 use crate::authz::authorize;
@@ -101,7 +103,7 @@ where
             Ok(caller) => caller,
             Err(message) => {
                 tracing::warn!(target: AUDIT_TARGET, remote = ?remote, "PERMISSION_DENIED: {message}");
-                let response = tonic::Status::permission_denied(message).into_http();
+                let response = refusal(req.headers(), message);
                 return Box::pin(std::future::ready(Ok(response)));
             }
         };
@@ -131,6 +133,17 @@ where
             Ok(Response::from_parts(parts, body))
         })
     }
+}
+
+/// PERMISSION_DENIED with `message`, in the protocol of the request with `headers`.
+fn refusal(headers: &http::HeaderMap, message: String) -> Response<tonic::body::Body> {
+    if crate::http_error::is_grpc(headers) {
+        return tonic::Status::permission_denied(message).into_http();
+    }
+    let status = http::StatusCode::FORBIDDEN;
+    let hint = "present a certificate whose identity [tls.identities] gives a role this path \
+                accepts (client or admin for /v1/...)";
+    crate::http_error::json_error(status, tonic::Code::PermissionDenied, &message, Some(hint))
 }
 
 /// One admin call's audit line, written once its gRPC status is known (or it is dropped).
@@ -192,5 +205,76 @@ impl http_body::Body for AuditBody {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Plane;
+    use http_body_util::BodyExt as _;
+    use tower_service::Service as _;
+
+    fn tls_config() -> Arc<TlsConfig> {
+        Arc::new(crate::authz::tests::tls_config())
+    }
+
+    /// A request for `path` from `cn`'s verified certificate, as gRPC or as JSON.
+    fn request(path: &str, cn: &str, grpc: bool) -> Request<tonic::body::Body> {
+        let mut req = Request::builder().uri(path);
+        if grpc {
+            req = req.header("content-type", "application/grpc");
+        }
+        let mut req = req.body(tonic::body::Body::empty()).unwrap();
+        req.extensions_mut().insert(PeerIdentity {
+            remote_addr: None,
+            cn: Some(cn.into()),
+            dns_sans: vec![],
+            planes: vec![Plane::Client],
+        });
+        req
+    }
+
+    /// What the service behind the layer answers (it saw the call): 200, no body.
+    #[derive(Clone)]
+    struct Served;
+
+    impl tower_service::Service<Request<tonic::body::Body>> for Served {
+        type Response = Response<tonic::body::Body>;
+        type Error = std::convert::Infallible;
+        type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: Request<tonic::body::Body>) -> Self::Future {
+            std::future::ready(Ok(Response::new(tonic::body::Body::empty())))
+        }
+    }
+
+    /// An HTTP/JSON request the table refuses gets 403 and the JSON error body; a gRPC call
+    /// the same refusal as a gRPC status (HTTP 200, `grpc-status: 7`); an allowed HTTP path
+    /// reaches the service. Fails without `refusal` (a JSON client would get a 200).
+    #[tokio::test]
+    async fn a_refusal_is_answered_in_the_callers_protocol() {
+        use tower_layer::Layer as _;
+        let mut auth = AuthLayer::new(tls_config(), ServerKind::AllocSvr).layer(Served);
+        let json = auth.call(request("/v1/seq/next", "alloc", false)).await.unwrap();
+        assert_eq!(json.status(), http::StatusCode::FORBIDDEN);
+        assert_eq!(json.headers()["content-type"], "application/json");
+        let body = json.into_body().collect().await.unwrap().to_bytes();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["code"], "PERMISSION_DENIED");
+        let message = body["message"].as_str().unwrap();
+        assert!(
+            message.contains("\"alloc\"") && message.contains("needs role client"),
+            "{message}"
+        );
+        let grpc = auth.call(request("/seqsvr.v1.SeqService/Next", "alloc", true)).await.unwrap();
+        assert_eq!(grpc.status(), http::StatusCode::OK);
+        assert_eq!(grpc.headers()["grpc-status"], "7");
+        let served = auth.call(request("/v1/seq/next", "app-1", false)).await.unwrap();
+        assert_eq!(served.status(), http::StatusCode::OK);
     }
 }

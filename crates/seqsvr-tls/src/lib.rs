@@ -25,6 +25,9 @@
 //! - `authz.rs`: **the role → RPC table** ([`need_for`]) and the decision for one call
 //!   ([`authorize`], [`require_admin`], [`alloc_identity`], [`require_own_node`]). Adding an RPC
 //!   means a row there.
+//! - `http_error.rs`: errors as an HTTP/JSON client sees them ([`http_error::json_error`]):
+//!   the status of each gRPC code and the one JSON error body (the AllocSvr's HTTP API and the
+//!   layer's refusals of its requests).
 //! - `layer.rs`: the tower layer in front of every service ([`AuthLayer`], [`auth_layer`]):
 //!   refusals and the audit lines ([`AUDIT_TARGET`]).
 //! - `gate.rs`: admission of accepted connections ([`AcceptGate`], [`AcceptLimits`]): open
@@ -42,6 +45,7 @@ pub mod accept;
 pub mod authz;
 pub mod connect;
 pub mod gate;
+pub mod http_error;
 pub mod identity;
 pub mod layer;
 pub mod pem;

@@ -533,8 +533,8 @@ async fn each_plane_trusts_only_its_own_ca_bundle() {
     assert_eq!(server.seen.count(), 1);
 }
 
-/// The raw TLS view: which certificate a new connection is served.
-async fn served_certificate(addr: SocketAddr, trust: &str, id: &Leaf) -> CertificateDer<'static> {
+/// A raw rustls client trusting `trust`, presenting `id`.
+fn raw_client_config(trust: &str, id: &Leaf) -> rustls::ClientConfig {
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(trust.as_bytes()) {
         roots.add(c.unwrap()).unwrap();
@@ -542,20 +542,62 @@ async fn served_certificate(addr: SocketAddr, trust: &str, id: &Leaf) -> Certifi
     let chain: Vec<CertificateDer<'static>> =
         CertificateDer::pem_slice_iter(id.cert.as_bytes()).map(|c| c.unwrap()).collect();
     let key = PrivateKeyDer::from_pem_slice(id.key.as_bytes()).unwrap();
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_client_auth_cert(chain, key)
-    .unwrap();
+    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .unwrap()
+}
+
+/// The raw TLS view: which certificate a new connection is served.
+async fn served_certificate(addr: SocketAddr, trust: &str, id: &Leaf) -> CertificateDer<'static> {
+    let config = raw_client_config(trust, id);
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let conn = tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(ServerName::try_from("seqsvr").unwrap(), tcp)
         .await
         .unwrap();
     conn.get_ref().1.peer_certificates().unwrap()[0].clone()
+}
+
+/// The application protocol a client offering only `alpn` agrees on with the server at
+/// `addr` (`None`: none agreed), or the handshake's error.
+async fn negotiated(
+    addr: SocketAddr,
+    trust: &str,
+    id: &Leaf,
+    alpn: &[u8],
+) -> Result<Option<Vec<u8>>, String> {
+    let mut config = raw_client_config(trust, id);
+    config.alpn_protocols = vec![alpn.to_vec()];
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let conn = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("seqsvr").unwrap(), tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(conn.get_ref().1.alpn_protocol().map(<[u8]>::to_vec))
+}
+
+/// An AllocSvr offers `http/1.1` beside `h2` (its HTTP/JSON API serves clients that speak
+/// only HTTP/1.1, issue 31) and prefers `h2`; a StoreSvr offers `h2` only, so a client that
+/// speaks only HTTP/1.1 fails its handshake. Fails without `accept.rs::alpn_of`.
+#[tokio::test]
+async fn an_allocsvr_also_speaks_http1_a_storesvr_only_h2() {
+    let ca = ca("cluster");
+    let app = ca.issue("app-1");
+    let alloc_dir = Dir::one_ca(&ca, &ca.server("alloc-0-1"));
+    let alloc = serve(&alloc_dir, ServerKind::AllocSvr).await;
+    let http1 = negotiated(alloc.addr, &ca.pem, &app, b"http/1.1").await;
+    assert_eq!(http1, Ok(Some(b"http/1.1".to_vec())));
+    let h2 = negotiated(alloc.addr, &ca.pem, &app, b"h2").await;
+    assert_eq!(h2, Ok(Some(b"h2".to_vec())));
+    let store_dir = Dir::one_ca(&ca, &ca.server("store-0-1"));
+    let store = serve(&store_dir, STORE0).await;
+    let admin = ca.issue("admin");
+    let refused = negotiated(store.addr, &ca.pem, &admin, b"http/1.1").await.unwrap_err();
+    assert!(refused.contains("NoApplicationProtocol"), "{refused}");
+    assert_eq!(negotiated(store.addr, &ca.pem, &admin, b"h2").await, Ok(Some(b"h2".to_vec())));
 }
 
 fn der(leaf: &Leaf) -> CertificateDer<'static> {

@@ -6,6 +6,7 @@
 mod t10_store_replication;
 mod t20_store_failover;
 mod t30_store_restart;
+mod t31_http;
 mod t40_store_no_quorum;
 mod t50_store_snapshot;
 mod t60_store_data_dir;

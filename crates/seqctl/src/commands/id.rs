@@ -8,7 +8,7 @@
 use crate::ctx::Ctx;
 use crate::error::{CtlError, Exit};
 use crate::render::{self, opt, Row, View};
-use seqsvr_client::ids::{self as ids_sdk, DecodedId, IdClient, Ids, SchemeLookupError};
+use seqsvr_client::ids::{self as ids_sdk, DecodedId, DecodedView, IdClient, Ids, SchemeLookupError};
 use seqsvr_client::ids::{Session, SessionId};
 use seqsvr_core::config::{ClusterConfig, IdSchemeConfig};
 use seqsvr_core::ids::SetId;
@@ -37,36 +37,8 @@ impl View for NewIds {
     }
 }
 
-/// `id decode`: the id's fields; text as a FIELD/VALUE table (only the fields the scheme has),
-/// `--json` as one object (fields the scheme lacks are null).
-#[derive(Debug, Serialize)]
-pub struct DecodedView {
-    /// The name in `[ids.schemes]`.
-    pub scheme: String,
-    pub kind: String,
-    /// The id as a decimal number (a string: it may not fit a JSON reader's doubles).
-    pub id: String,
-    /// The canonical text form.
-    pub text: String,
-    /// RFC 3339, UTC, the start of the id's time unit.
-    pub time: String,
-    /// The raw time field: `unit`s since `epoch`.
-    pub time_units: u64,
-    pub unit: String,
-    pub epoch: String,
-    pub unix_ms: u64,
-    pub worker: Option<u64>,
-    pub business: Option<u64>,
-    pub session_type: Option<u64>,
-    pub session_hash: Option<u64>,
-    pub sequence: u64,
-    /// uuidv7's `rand_b` (its top 16 bits are the worker id).
-    pub rand: Option<u64>,
-    /// The bit fields, most significant first.
-    pub layout: String,
-    /// How long the layout's time field lasts (`Layout::describe_range`).
-    pub range: String,
-}
+// `id decode --json` is `DecodedView` as the SDK serialises it (the AllocSvr's HTTP API
+// answers the same object): its text form is this file's.
 
 /// One line of `id decode`'s table.
 #[derive(Debug, Serialize, Tabled)]
@@ -110,31 +82,6 @@ impl View for DecodedView {
         rows.push(row("layout", self.layout.clone()));
         rows.push(row("range", self.range.clone()));
         render::table(&rows)
-    }
-}
-
-impl DecodedView {
-    fn new(name: &str, d: &DecodedId) -> DecodedView {
-        let field = |part: Part, value: u64| d.has(part).then_some(value);
-        DecodedView {
-            scheme: name.to_string(),
-            kind: d.scheme.to_string(),
-            id: d.id.to_string(),
-            text: d.text.clone(),
-            time: d.time_rfc3339.clone(),
-            time_units: d.time_units,
-            unit: d.unit.to_string(),
-            epoch: d.epoch_rfc3339.clone(),
-            unix_ms: d.unix_ms,
-            worker: d.worker,
-            business: field(Part::Business, d.fields.business),
-            session_type: field(Part::SessionType, d.fields.session_type),
-            session_hash: field(Part::SessionHash, d.fields.session_hash),
-            sequence: d.fields.sequence,
-            rand: field(Part::Rand, d.fields.rand),
-            layout: d.bits.clone(),
-            range: d.range.clone(),
-        }
     }
 }
 
