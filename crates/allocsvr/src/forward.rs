@@ -220,6 +220,39 @@ impl Forwarder {
     }
 }
 
+/// The SDK's answer to a hop, as the caller of the first hop must read it: the statuses that
+/// mean something else to a caller that did not route the call itself are restated.
+/// - NOT_OWNER (the owner kept moving until the deadline): retryable UNAVAILABLE, without the
+///   table (NOT_OWNER is only for calls marked `seqsvr-no-forward`);
+/// - "outside every set" from the SDK (no table of the uid's set learnt yet; the uid was
+///   checked against the cluster file before the hop): UNAVAILABLE;
+/// - PERMISSION_DENIED: the owner refused this AllocSvr's own identity (an owner of an older
+///   build accepts no forwarded call), said as such, not as a refusal of the caller's.
+pub fn for_caller(status: Status) -> Status {
+    match status.code() {
+        tonic::Code::FailedPrecondition
+            if status.metadata().contains_key(seqsvr_proto::ROUTE_TABLE_METADATA) =>
+        {
+            Status::unavailable(format!(
+                "the uid's owner changed while the call was forwarded to it; retry ({})",
+                status.message()
+            ))
+        }
+        tonic::Code::InvalidArgument if status.message().contains("outside every set") => {
+            Status::unavailable(format!(
+                "no AllocSvr of the uid's set answered with a route table yet; retry ({})",
+                status.message()
+            ))
+        }
+        tonic::Code::PermissionDenied => Status::unavailable(format!(
+            "the owner refused this AllocSvr's forwarding identity (an owner of an older build \
+             takes no forwarded call; retry, or call the owner directly): {}",
+            status.message()
+        )),
+        _ => status,
+    }
+}
+
 /// What is left until `until`; DEADLINE_EXCEEDED when nothing is.
 fn left_until(until: Instant) -> Result<Duration, Status> {
     let left = until.saturating_duration_since(Instant::now());

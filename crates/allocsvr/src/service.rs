@@ -101,7 +101,7 @@ impl SeqServer {
         tracing::debug!(rpc = rpc.label(), request_id = %request_id, uid, "forwarded to the owner");
         let allocate = rpc != Rpc::Current;
         let answer = self.shared.forward.one(allocate, uid, route_version, deadline).await;
-        answer.map_err(|status| AllocError::Forwarded(Box::new(status)))
+        answer.map_err(|status| AllocError::Forwarded(Box::new(crate::forward::for_caller(status))))
     }
 
     /// A batch some of whose uids are served elsewhere (`elsewhere`): ours served here, the
@@ -150,7 +150,9 @@ impl SeqServer {
                 Err(AllocError::NotOwner(_)) => forward
                     .next_batch(&here_uids, route_version, deadline)
                     .await
-                    .map_err(|status| AllocError::Forwarded(Box::new(status))),
+                    .map_err(|status| {
+                        AllocError::Forwarded(Box::new(crate::forward::for_caller(status)))
+                    }),
                 other => other,
             }
         };
@@ -158,10 +160,9 @@ impl SeqServer {
             if there_uids.is_empty() {
                 return Ok((Vec::new(), None));
             }
-            forward
-                .next_batch(&there_uids, route_version, deadline)
-                .await
-                .map_err(|status| AllocError::Forwarded(Box::new(status)))
+            forward.next_batch(&there_uids, route_version, deadline).await.map_err(|status| {
+                AllocError::Forwarded(Box::new(crate::forward::for_caller(status)))
+            })
         };
         let (local, remote) = tokio::join!(local, remote);
         let (local, remote) = if independent {

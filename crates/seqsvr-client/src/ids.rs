@@ -22,7 +22,8 @@
 //! **RongCloud sessions** ([`IdClient::next_session_ids`]) are served only by the owner of the
 //! session's section: the client asks it directly once it knows the session's uid (from the
 //! cluster config, or an earlier answer) and its route; any other AllocSvr answers NOT_OWNER
-//! with the uid (and its route table), which the client follows.
+//! with the uid (and its route table), which the client follows (every call of this client is
+//! marked `seqsvr-no-forward`: an AllocSvr would otherwise forward it to the owner itself).
 //!
 //! **Ordering.** The ids of one answer strictly increase and carry one worker id; the ids of one
 //! worker id (of one `rongcloud` session) strictly increase over all answers, whoever issued them. Ids from different AllocSvrs
@@ -357,7 +358,8 @@ impl IdClient {
         let addrs = self.addresses();
         let asks = addrs.iter().map(|addr| async move {
             let ask = async {
-                let mut client = SeqServiceClient::new(self.channel(addr)?)
+                let channel = self.channel(addr)?;
+                let mut client = SeqServiceClient::with_interceptor(channel, crate::seq::NoForward)
                     .max_decoding_message_size(seqsvr_proto::REPLY_MAX_BYTES);
                 let mut request = tonic::Request::new(pb::GetRouteTableRequest {});
                 request.set_timeout(deadline);

@@ -170,7 +170,7 @@ impl tonic::service::Interceptor for NoForward {
 }
 
 /// A channel to an AllocSvr whose every call carries [`NoForward`].
-pub(crate) type AllocChannel = tonic::service::interceptor::InterceptedService<Channel, NoForward>;
+pub type AllocChannel = tonic::service::interceptor::InterceptedService<Channel, NoForward>;
 
 /// A `SeqService` client with the message size limits of the service
 /// (`seqsvr_proto::SEQ_REQUEST_MAX_BYTES` out, `REPLY_MAX_BYTES` in), every call marked

@@ -60,7 +60,10 @@ async fn bad_input_is_invalid_argument_and_changes_nothing() {
     let channel =
         seqsvr_client::store::alloc_channel(&cluster.proc(ProcKey::Alloc(SetId(0), 0)).addr)
             .unwrap();
-    let mut direct = seqsvr_proto::v1::seq_service_client::SeqServiceClient::new(channel);
+    let no_forward = seqsvr_client::seq::NoForward; // this AllocSvr's own answers
+    let mut direct = seqsvr_proto::v1::seq_service_client::SeqServiceClient::with_interceptor(
+        channel, no_forward,
+    );
     let before = client.current(5, WAIT_MAX).await.unwrap();
     let too_many = vec![5u64; 1001];
     let err = direct
@@ -207,7 +210,10 @@ async fn concurrent_calls_are_coalesced_and_entries_answer_independently() {
         .await
         .expect("move");
     let channel = seqsvr_client::store::alloc_channel(&old_addr).unwrap();
-    let mut direct = pb::seq_service_client::SeqServiceClient::new(channel);
+    // Marked no-forward: the old owner's own answers (forwarding would ask the new one).
+    let no_forward = seqsvr_client::seq::NoForward;
+    let mut direct =
+        pb::seq_service_client::SeqServiceClient::with_interceptor(channel, no_forward);
     let (m, k) = (moved * size + 1, kept * size);
     let before_k = client.current(k, WAIT_MAX).await.unwrap();
     let answer = wait_for("the old owner to stop serving the moved section", || {

@@ -48,8 +48,10 @@ async fn every_scheme_is_served_unique_and_ordered_per_worker_id() {
     }
 
     // Refusals say why and issue nothing.
-    let mut channel = pb::id_service_client::IdServiceClient::new(
+    // Marked no-forward: this AllocSvr's own answers (forwarding is t98's).
+    let mut channel = pb::id_service_client::IdServiceClient::with_interceptor(
         seqsvr_client::store::alloc_channel(&a).expect("channel"),
+        seqsvr_client::seq::NoForward,
     );
     let ask = |scheme: &str, count, business| pb::NextIdsRequest {
         scheme: scheme.into(),
@@ -218,8 +220,9 @@ async fn rongcloud_sessions_are_served_by_their_sections_owner() {
     let uid0 = config.session_uid(sessions[0].key().expect("fits"));
     let mut owner = None;
     for (key, addr) in keys.iter().zip(&addrs) {
-        let mut channel = pb::id_service_client::IdServiceClient::new(
+        let mut channel = pb::id_service_client::IdServiceClient::with_interceptor(
             seqsvr_client::store::alloc_channel(addr).expect("channel"),
+            seqsvr_client::seq::NoForward,
         );
         match channel.next_ids(ask(0, "group-0", None, 0)).await {
             Ok(_) => {

@@ -197,3 +197,26 @@ async fn a_forwarded_call_takes_a_wait_slot() {
     p.front.waiting_calls.store(0, std::sync::atomic::Ordering::SeqCst);
     assert!(s.next(timed(pb::NextRequest { uid: 15, route_version: 0 }, false)).await.is_ok());
 }
+
+/// What the SDK answers a hop with is restated where it would mislead the caller: a NOT_OWNER
+/// (with its table) or the SDK's "outside every set" become retryable UNAVAILABLE, an owner's
+/// refusal of our identity is said as such; anything else passes as it came.
+#[test]
+fn hop_answers_are_restated_for_a_caller_that_did_not_route() {
+    let not_owner = seqsvr_client::seq::with_route_table(
+        tonic::Status::failed_precondition("NOT_OWNER: section 1 is served by alloc 1"),
+        &table("a:1", "b:1", 1),
+    );
+    let s = super::for_caller(not_owner);
+    assert_eq!(s.code(), Code::Unavailable);
+    assert!(!s.metadata().contains_key(seqsvr_proto::ROUTE_TABLE_METADATA));
+    let outside = tonic::Status::invalid_argument("uid 7 is outside every set of the cluster ()");
+    assert_eq!(super::for_caller(outside).code(), Code::Unavailable);
+    let refused = super::for_caller(tonic::Status::permission_denied("identity \"alloc-0-1\""));
+    assert_eq!(refused.code(), Code::Unavailable);
+    assert!(refused.message().contains("forwarding identity"), "{}", refused.message());
+    let plain = tonic::Status::resource_exhausted("full");
+    assert_eq!(super::for_caller(plain).code(), Code::ResourceExhausted);
+    let final_precondition = tonic::Status::failed_precondition("layout differs");
+    assert_eq!(super::for_caller(final_precondition).code(), Code::FailedPrecondition);
+}

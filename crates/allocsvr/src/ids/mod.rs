@@ -121,8 +121,9 @@ impl IdServer {
                     tracing::debug!(scheme = %r.scheme, session_uid = uid,
                         "session call forwarded to the owner");
                     let response = self.shared.forward.session_ids(&r, uid, deadline).await;
-                    let response =
-                        response.map_err(|status| AllocError::Forwarded(Box::new(status)))?;
+                    let response = response.map_err(|status| {
+                        AllocError::Forwarded(Box::new(crate::forward::for_caller(status)))
+                    })?;
                     return Ok((response, in_flight));
                 }
                 issued => issued?,

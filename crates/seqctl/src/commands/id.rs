@@ -8,7 +8,7 @@
 use crate::ctx::Ctx;
 use crate::error::{CtlError, Exit};
 use crate::render::{self, opt, Row, View};
-use seqsvr_client::ids::{self as ids_sdk, DecodedId, DecodedView, IdClient, Ids, SchemeLookupError};
+use seqsvr_client::ids::{self as ids_sdk, DecodedView, IdClient, Ids, SchemeLookupError};
 use seqsvr_client::ids::{Session, SessionId};
 use seqsvr_core::config::{ClusterConfig, IdSchemeConfig};
 use seqsvr_core::ids::SetId;

@@ -25,7 +25,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
-use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 /// Tasks calling `NextIds`: a few, so calls to one worker id overlap (order must not be
@@ -175,7 +174,7 @@ impl IdRecorder {
         client: u32,
         set: u64,
         addr: &str,
-        stub: &mut pb::id_service_client::IdServiceClient<Channel>,
+        stub: &mut IdStub,
         scheme: &ServedScheme,
         count: u32,
         business: u64,
@@ -270,10 +269,14 @@ fn owner_in(table: &pb::RouteTable, uid: u64) -> Option<(u64, String)> {
     seqsvr_client::seq::owner_addr_in(table, uid).map(|addr| (table.set_id, addr.to_string()))
 }
 
-type IdStub = pb::id_service_client::IdServiceClient<Channel>;
+/// Marked `seqsvr-no-forward`: each AllocSvr answers for itself (the checks count who issued
+/// what; a forwarded call would be the owner's answer under another address).
+type IdStub = pb::id_service_client::IdServiceClient<seqsvr_client::seq::AllocChannel>;
 
 fn stub(addr: &str) -> Result<IdStub, Status> {
-    Ok(pb::id_service_client::IdServiceClient::new(seqsvr_client::store::alloc_channel(addr)?))
+    let channel = seqsvr_client::store::alloc_channel(addr)?;
+    let no_forward = seqsvr_client::seq::NoForward;
+    Ok(pb::id_service_client::IdServiceClient::with_interceptor(channel, no_forward))
 }
 
 /// The stub of `addr`, made once per task.
