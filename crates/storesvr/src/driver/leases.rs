@@ -261,7 +261,10 @@ impl Driver {
             .workers_of(alloc)
             .map(|(s, w, r)| (s.to_string(), w, r.high_water_ms))
             .collect();
-        Ok(Grant { runs: grant_for(control, alloc), lease, route, workers })
+        // The record when there is one (a leader whose file differs has stopped), else our
+        // file, as the route table's split is.
+        let layout = (control.layout.map(|l| (l, true))).or(self.config.layout.map(|l| (l, false)));
+        Ok(Grant { runs: grant_for(control, alloc), lease, route, workers, layout })
     }
 
     /// Whether `alloc` may lease a worker id now: this member leads and its arbiter would grant
