@@ -133,27 +133,50 @@ pub async fn lease_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-/// Why a heartbeat's grant must not be taken: its route table maps uids to sections otherwise
-/// than this AllocSvr's cluster config (`section_size`, the set's uid range), which would serve a
-/// uid from another section's `max_seq`. A reply without a table (ours is current) passes: the
-/// table we installed was checked when it came.
+/// Why a heartbeat's grant must not be taken: the store grants under a layout (`section_size`,
+/// the set's uid range) other than this AllocSvr's cluster config, which would serve a uid from
+/// another section's `max_seq`. Checked on every heartbeat, against both layouts a reply may
+/// carry: the grant's own (`HeartbeatResponse.layout`: the set's record, or the answering
+/// leader's file while the set has recorded none, so a record made after we started, or a new
+/// leader whose file differs, is seen at the next heartbeat) and the route table's (when one
+/// came). A reply with neither (a store build before the layout field, and our table current)
+/// passes: unknown is not a disagreement; the table we installed was checked when it came.
 fn layout_refusal(
     config: &crate::config::AllocConfig,
     reply: &pb::HeartbeatResponse,
 ) -> Option<String> {
-    let table = reply.route_table.as_ref()?;
-    let theirs = SetLayout {
-        section_size: table.section_size,
-        uid_begin: table.uid_begin,
-        uid_end: table.uid_end,
-    };
     let ours = SetLayout {
         section_size: config.section_size,
         uid_begin: config.uid_begin,
         uid_end: config.uid_end,
     };
-    let why = SetLayout::mismatch(Some(&theirs), &ours)?;
-    Some(format!("the store's route table for set {}: {why}", table.set_id))
+    let of = |l: &pb::SetLayout| SetLayout {
+        section_size: l.section_size,
+        uid_begin: l.uid_begin,
+        uid_end: l.uid_end,
+    };
+    let grant = reply.layout.as_ref().map(|l| {
+        let source = if reply.layout_recorded {
+            "the set's recorded layout"
+        } else {
+            "the store leader's cluster file (the set has recorded no layout yet)"
+        };
+        (of(l), source.to_string())
+    });
+    let table = reply.route_table.as_ref().map(|t| {
+        let theirs =
+            SetLayout { section_size: t.section_size, uid_begin: t.uid_begin, uid_end: t.uid_end };
+        (theirs, format!("the store's route table for set {}", t.set_id))
+    });
+    grant.into_iter().chain(table).find_map(|(theirs, source)| {
+        SetLayout::mismatch(Some(&theirs), &ours)?;
+        Some(format!(
+            "{source} maps uids as {theirs}, but this AllocSvr's cluster config says {ours}: a \
+             uid would be served from another section, whose max_seq may be lower, and its \
+             values could repeat. Give every StoreSvr and AllocSvr of the set the same \
+             section_size and uid_begin/uid_end (a recorded layout cannot be changed in place)"
+        ))
+    })
 }
 
 /// The least time between the sends of two heartbeats when one is asked for early.
@@ -414,6 +437,38 @@ mod tests {
         assert!(layout_refusal(&config, &reply(10, 50, 100)).is_some(), "another uid range");
     }
 
+    /// The grant's own layout is checked on every heartbeat, with or without a route table (which
+    /// comes only when the route version changed): a layout recorded after this AllocSvr
+    /// started, or a new leader whose file differs while the set has recorded none, stops it at
+    /// its next heartbeat. A store build that sends no layout is unknown, not a disagreement.
+    /// Fails without the check of `HeartbeatResponse.layout` in `layout_refusal`.
+    #[test]
+    fn every_heartbeat_checks_the_layout_of_its_grant() {
+        let config = crate::config::AllocConfig::for_tests(); // uids [0, 100), sections of 10
+        let reply = |section_size, layout_recorded| pb::HeartbeatResponse {
+            layout: Some(pb::SetLayout { section_size, uid_begin: 0, uid_end: 100 }),
+            layout_recorded,
+            ..Default::default()
+        };
+        assert_eq!(layout_refusal(&config, &reply(10, true)), None);
+        assert_eq!(layout_refusal(&config, &reply(10, false)), None);
+        let why = layout_refusal(&config, &reply(5, true)).expect("another recorded layout");
+        assert!(why.contains("the set's recorded layout"), "{why}");
+        assert!(why.contains("section_size 5") && why.contains("section_size 10"), "{why}");
+        let why = layout_refusal(&config, &reply(5, false)).expect("another leader's file");
+        assert!(why.contains("the store leader's cluster file"), "{why}");
+        let moved = pb::HeartbeatResponse {
+            layout: Some(pb::SetLayout { section_size: 10, uid_begin: 50, uid_end: 150 }),
+            ..Default::default()
+        };
+        assert!(layout_refusal(&config, &moved).is_some(), "another uid range");
+        // The grant's layout agrees, the route table that came with it does not: refused.
+        let table =
+            pb::RouteTable { set_id: 1, section_size: 5, uid_end: 100, ..Default::default() };
+        let both = pb::HeartbeatResponse { route_table: Some(table), ..reply(10, true) };
+        assert!(layout_refusal(&config, &both).is_some(), "the route table's layout");
+    }
+
     // Tests written for survivors of the mutation run (docs/reliability/mutants.md).
 
     fn shared() -> Arc<Shared> {
@@ -439,7 +494,7 @@ mod tests {
             lease_margin_ms: 500,
             runs: vec![run(1, 3, 4)],
             route_table: Some(pb::RouteTable { set_id: 1, version: 9, ..Default::default() }),
-            workers: Vec::new(),
+            ..Default::default()
         };
         install_grant(&shared, AllocId(1), at(100_000), at(100_800), reply);
         let mut inner = shared.lock();

@@ -121,6 +121,10 @@ pub fn route_table(
     }
 }
 
+fn layout_pb(l: seqsvr_core::store::SetLayout) -> pb::SetLayout {
+    pb::SetLayout { section_size: l.section_size, uid_begin: l.uid_begin, uid_end: l.uid_end }
+}
+
 fn max_seq_pb(sections: &[(SectionId, u64)]) -> Vec<pb::SectionMaxSeq> {
     sections
         .iter()
@@ -368,6 +372,8 @@ impl pb::store_service_server::StoreService for ServiceContext {
                     alloc_id: 0,
                 })
                 .collect(),
+            layout: grant.layout.map(|(l, _)| layout_pb(l)),
+            layout_recorded: grant.layout.is_some_and(|(_, recorded)| recorded),
         }))
     }
 
@@ -588,11 +594,7 @@ impl pb::store_admin_server::StoreAdmin for ServiceContext {
             lease_margin_ms: s.lease.margin_ms,
             commands_version: s.commands_version,
             build_commands_version: seqsvr_core::store::COMMANDS_VERSION,
-            recorded_layout: s.layout.map(|l| pb::SetLayout {
-                section_size: l.section_size,
-                uid_begin: l.uid_begin,
-                uid_end: l.uid_end,
-            }),
+            recorded_layout: s.layout.map(layout_pb),
         }))
     }
 

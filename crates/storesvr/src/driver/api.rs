@@ -122,6 +122,10 @@ pub struct Grant {
     pub route: Option<RouteView>,
     /// The worker ids the AllocSvr holds: `(scheme, worker id, high-water mark ms)`.
     pub workers: Vec<(String, u64, u64)>,
+    /// The layout the grant is made under, which the AllocSvr checks against its own file:
+    /// the set's recorded one (`true`), else this leader's cluster file (`false`). `None` only
+    /// for a driver configured without a layout (tests).
+    pub layout: Option<(seqsvr_core::store::SetLayout, bool)>,
 }
 
 /// A `ReserveTime` request: raise `scheme`'s `worker`'s mark to `up_to_ms` for `alloc`.

@@ -90,9 +90,12 @@ impl Driver {
         if self.proposals.arbiter_in_flight(term) > 0 {
             return;
         }
+        let disputed = self.log_layout_dispute();
         let unrecorded = self.node.store().state().control().layout.is_none();
         let agreed = match self.config.layout {
-            Some(ours) if unrecorded && self.commands_cover(2) => self.layout_agreed(&ours),
+            Some(ours) if unrecorded && !disputed && self.commands_cover(2) => {
+                self.layout_agreed(&ours)
+            }
             _ => false,
         };
         let control = self.node.store().state().control();
@@ -101,6 +104,10 @@ impl Driver {
             .map(|layout| Command::RecordLayout { layout });
         let Some(arbiter) = self.arbiter.get_mut_of_term(term) else { return };
         let mut commands = arbiter.plan(now, control, self.config.sections);
+        if disputed {
+            // No section starts being served by anyone: see `layout_dispute`.
+            commands.retain(|c| !matches!(c, Command::Assign { .. } | Command::Settle { .. }));
+        }
         // First of the round: the layout every grant of the set is made under.
         commands.splice(0..0, record_layout);
         // Records need version 1: a member of an older build would stop on them. Until the set
@@ -133,29 +140,64 @@ impl Driver {
         self.log_changed_schemes();
     }
 
-    /// Whether every member lately reported `ours` as its file's layout (logged, once per
-    /// change, while one did not): the record is made only then. Never while a membership
-    /// change is pending: a member being added is not in the applied configuration yet, so it
-    /// would not be waited for (as `commands_version_raise`).
-    fn layout_agreed(&mut self, ours: &SetLayout) -> bool {
-        if self.node.raft.has_pending_conf() {
+    /// Whether every member lately reported `ours` as its file's layout: the record is made
+    /// only then. Never while a membership change is pending: a member being added is not in
+    /// the applied configuration yet, so it would not be waited for (as
+    /// `commands_version_raise`).
+    fn layout_agreed(&self, ours: &SetLayout) -> bool {
+        !self.node.raft.has_pending_conf()
+            && self.members_with_another_layout(ours, std::time::Instant::now()).is_empty()
+    }
+
+    /// Leader only, while the set has recorded no layout: the members that lately reported a
+    /// cluster file mapping uids otherwise than this leader's, with their layouts. Empty once a
+    /// layout is recorded (a member whose file differs then stops: `ready.rs`), and for a
+    /// member that reported nothing lately or runs a build that reports none: unknown is not
+    /// a disagreement (an older build must not stop its set's failover during an upgrade).
+    ///
+    /// While this is not empty the arbiter makes no section servable by anyone: no `Assign`
+    /// (orphans, rebalancing, `seqctl store move`) and no `Settle`. The files disagree, so two
+    /// leaders in turn would each grant under their own file; a uid served from section `s_Y`
+    /// under one could be served from `s_X`, with a lower `max_seq`, under the other (I1).
+    /// Current holders keep renewing what they hold: every AllocSvr checks the grant's layout
+    /// (this leader's file, until recorded) against its own file on every heartbeat and stops
+    /// on a difference, so a holder that renews maps uids as this leader does, and takes what
+    /// it holds no further. Stopping renewals too would take the whole set down and prevent
+    /// nothing more.
+    pub(super) fn layout_dispute(&self) -> Vec<(u64, SetLayout)> {
+        let Some(ours) = self.config.layout else { return Vec::new() };
+        if self.node.store().state().control().layout.is_some() {
+            return Vec::new();
+        }
+        (self.members_with_another_layout(&ours, std::time::Instant::now()).into_iter())
+            .filter_map(|(m, reported)| Some((m, reported?)))
+            .collect()
+    }
+
+    /// Whether the set's layout is disputed ([`Self::layout_dispute`]); logged once per change
+    /// of who disputes it and how, and once when the dispute is over.
+    fn log_layout_dispute(&mut self) -> bool {
+        let differing = describe_dispute(&self.layout_dispute());
+        if differing.is_empty() {
+            if self.layout_wait_logged.take().is_some() {
+                tracing::info!(
+                    "every member that reports a layout reports this leader's: \
+                    sections are assigned again"
+                );
+            }
             return false;
         }
-        let others = self.members_with_another_layout(ours, std::time::Instant::now());
-        if others.is_empty() {
-            return true;
+        if self.layout_wait_logged.as_ref() != Some(&differing) {
+            let ours = self.config.layout.map(|l| l.to_string()).unwrap_or_default();
+            tracing::error!(%ours, ?differing,
+                "members' cluster files map uids otherwise than this leader's: no section is \
+                 assigned or settled, and the set's layout is not recorded, until every \
+                 member's file agrees (fix the files; values served under two layouts could \
+                 repeat). AllocSvrs keep what they hold while their files agree with this \
+                 leader's");
+            self.layout_wait_logged = Some(differing);
         }
-        let differing: Vec<String> =
-            (others.iter()).filter_map(|(m, l)| l.map(|l| format!("member {m}: {l}"))).collect();
-        let changed = self.layout_wait_logged.as_ref() != Some(&differing);
-        if changed && !differing.is_empty() {
-            tracing::error!(ours = %ours, ?differing,
-                "members' cluster files map uids otherwise than this leader's: the set's layout is \
-                 not recorded until every member's file agrees (fix the files; values served \
-                 under two layouts could repeat)");
-        }
-        self.layout_wait_logged = Some(differing);
-        false
+        true
     }
 
     /// The recorded scheme that `scheme` of this member's config would issue the ids of: one
@@ -261,7 +303,10 @@ impl Driver {
             .workers_of(alloc)
             .map(|(s, w, r)| (s.to_string(), w, r.high_water_ms))
             .collect();
-        Ok(Grant { runs: grant_for(control, alloc), lease, route, workers })
+        // The record when there is one (a leader whose file differs has stopped), else our
+        // file, as the route table's split is.
+        let layout = (control.layout.map(|l| (l, true))).or(self.config.layout.map(|l| (l, false)));
+        Ok(Grant { runs: grant_for(control, alloc), lease, route, workers, layout })
     }
 
     /// Whether `alloc` may lease a worker id now: this member leads and its arbiter would grant
@@ -349,4 +394,9 @@ impl Driver {
             _ => {}
         }
     }
+}
+
+/// A layout dispute ([`Driver::layout_dispute`]) as logs and refusals name it.
+pub(super) fn describe_dispute(dispute: &[(u64, SetLayout)]) -> Vec<String> {
+    dispute.iter().map(|(m, l)| format!("member {m}: {l}")).collect()
 }

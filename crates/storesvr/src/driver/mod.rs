@@ -119,7 +119,8 @@ pub struct Driver {
     /// Id schemes whose config differs from what the set recorded, already logged (one error
     /// line per scheme, not one per arbiter round).
     changed_schemes_logged: std::collections::BTreeSet<String>,
-    /// The members with another layout last logged while the record waits for them.
+    /// The members with another layout (`leases.rs::layout_dispute`) last logged: while there
+    /// are any, nothing is assigned and the record waits.
     layout_wait_logged: Option<Vec<String>>,
     /// Time reservations refused as too far ahead since the last log line, and when that was.
     clock_refusals: u64,
@@ -292,7 +293,16 @@ impl Driver {
             Input::Move { range, to, reply } => {
                 let control = self.node.store().state().control();
                 let eligible = control.allocs.get(&to).is_some_and(|r| !r.replaced && !r.draining);
-                if !self.config.sections.contains(range.begin())
+                let differing = leases::describe_dispute(&self.layout_dispute());
+                if !differing.is_empty() {
+                    let _ = reply.send(Err(RequestError::Precondition(format!(
+                        "no section moves while members' cluster files map uids otherwise than \
+                         this leader's ({}; this leader: {}): give every member the same \
+                         section_size and uid range first",
+                        differing.join("; "),
+                        self.config.layout.map(|l| l.to_string()).unwrap_or_default()
+                    ))));
+                } else if !self.config.sections.contains(range.begin())
                     || range.end() > self.config.sections.end()
                     || range.is_empty()
                 {

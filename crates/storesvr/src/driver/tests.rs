@@ -3,11 +3,13 @@
 //! and catch-up by snapshot. Each test names the guard it would catch missing.
 
 use super::harness::Network;
-use super::{Advanced, Input, ReadDone, RequestError};
+use super::{Advanced, Grant, Input, ReadDone, RequestError};
 use raft::StateRole;
 use seqsvr_core::ids::{AllocId, LeaseEpoch, NodeId, SectionId, Seq};
-use seqsvr_core::store::SectionAdvance;
+use seqsvr_core::section::SectionRange;
+use seqsvr_core::store::{SectionAdvance, SetLayout};
 use std::fmt::Debug;
+use std::time::Duration;
 use tokio::sync::oneshot::{self, error::TryRecvError};
 
 type Answer<T> = oneshot::Receiver<Result<T, RequestError>>;
@@ -932,7 +934,6 @@ fn the_layout_is_not_recorded_while_a_member_is_being_added() {
 /// set's. Fails without `versions.rs::members_with_another_layout` in `leases.rs::arbitrate`.
 #[test]
 fn one_member_with_another_layout_holds_the_record_back() {
-    use seqsvr_core::store::SetLayout;
     let layout = SetLayout { section_size: 10, uid_begin: 0, uid_end: 1_000 };
     let mut net = Network::with_config(3, |c| {
         let halved = SetLayout { section_size: 5, ..layout };
@@ -953,6 +954,114 @@ fn one_member_with_another_layout_holds_the_record_back() {
     let recorded =
         net.tick_until(&[1], 20, |net| net.store(1).state().control().layout == Some(layout));
     assert!(recorded, "not recorded once every member agreed");
+}
+
+/// A lease short enough for a test to move the arbiter's clock past its waits.
+const SHORT_LEASE: seqsvr_core::arbiter::LeaseConfig =
+    seqsvr_core::arbiter::LeaseConfig { lease_ms: 2_000, margin_ms: 500 };
+
+/// Member 1 leads a set on [`SHORT_LEASE`] with members configured by `layout_of`, one AllocSvr
+/// registered, the new leader's wait passed (its clock moved two holds on), and the AllocSvr
+/// granted once since, so that the arbiter would give it every section at its next round.
+fn arbiter_ready(layout_of: impl Fn(u64) -> Option<SetLayout>) -> (Network, AllocId) {
+    let mut net = Network::with_config(3, |c| {
+        c.lease = SHORT_LEASE;
+        c.layout = layout_of(c.node_id.0);
+    });
+    net.elect(1);
+    let (input, mut rx) = register("alloc-a:1");
+    net.send(1, input);
+    net.settle();
+    let alloc = answer(&mut rx).expect("registered");
+    net.advance_clock(1, Duration::from_millis(2 * SHORT_LEASE.hold_ms()));
+    heartbeat(&mut net, alloc);
+    (net, alloc)
+}
+
+/// A heartbeat of `alloc` to member 1, answered.
+fn heartbeat(net: &mut Network, alloc: AllocId) -> Grant {
+    let (reply, mut rx) = oneshot::channel();
+    let route_version = seqsvr_core::ids::RouteVersion(0);
+    net.send(1, Input::Heartbeat { alloc, route_version, identity: None, reply });
+    net.settle();
+    answer(&mut rx).expect("granted")
+}
+
+fn n_assigned(net: &Network) -> usize {
+    net.store(1).state().control().assignment.runs().count()
+}
+
+/// While the set has recorded no layout and a member reported another one (member 2, with a
+/// halved `section_size`), the arbiter makes no section servable: two leaders in turn would
+/// grant under their own files, and a uid served from section `s_Y` under one would be served
+/// from `s_X`, whose `max_seq` may be lower, under the other (I1). So nothing is assigned, a
+/// move is refused, a run assigned unsettled before (as by an earlier leader) is not settled,
+/// and a heartbeat answers with this leader's file flagged as unrecorded (the AllocSvr checks
+/// it). Once member 2's file agrees, the layout is recorded and every section is assigned and
+/// settled. Fails without the `layout_dispute` filter in `leases.rs::arbitrate` (for `Assign`
+/// or for `Settle`) or the refusal of `Input::Move`.
+#[test]
+fn no_section_is_assigned_while_a_member_reports_another_layout() {
+    use super::replies::ProposalReply;
+    use seqsvr_core::store::Command;
+    let (mut net, alloc) = arbiter_ready(|id| Some(if id == 2 { HALVED } else { LAYOUT }));
+    for _ in 0..5 {
+        net.tick(&[1]);
+    }
+    assert_eq!(n_assigned(&net), 0, "sections assigned while member 2's file disagrees");
+    let grant = heartbeat(&mut net, alloc);
+    assert_eq!(grant.layout, Some((LAYOUT, false)), "this leader's file, not recorded");
+    assert!(grant.runs.is_empty());
+
+    let (reply, mut rx) = oneshot::channel();
+    let range = SectionRange::new(SectionId(0), SectionId(10)).expect("a range");
+    net.send(1, Input::Move { range, to: alloc, reply });
+    match answer(&mut rx) {
+        Err(RequestError::Precondition(why)) => {
+            assert!(why.contains("member 2: section_size 5"), "{why}")
+        }
+        other => panic!("expected the move refused, got {other:?}"),
+    }
+
+    let moves = vec![(range, alloc)];
+    net.driver(1).propose(Command::Assign { moves, settled: false }, ProposalReply::Arbiter);
+    net.ready(1);
+    net.settle();
+    assert_eq!(n_assigned(&net), 1);
+    net.advance_clock(1, Duration::from_millis(2 * SHORT_LEASE.hold_ms())); // the fence is over
+    heartbeat(&mut net, alloc);
+    for _ in 0..5 {
+        net.tick(&[1]);
+    }
+    let settled = net.store(1).state().control().assignment.runs().any(|(_, o)| o.settled);
+    assert!(!settled, "a run settled while member 2's file disagrees");
+    assert!(heartbeat(&mut net, alloc).runs.is_empty());
+
+    net.restart_with(2, |c| {
+        c.lease = SHORT_LEASE;
+        c.layout = Some(LAYOUT);
+    });
+    let sections = net.driver(1).config.sections;
+    let served = net.tick_until(&[1], 20, |net| {
+        let assignment = &net.store(1).state().control().assignment;
+        assignment.unassigned(sections).is_empty() && assignment.runs().all(|(_, o)| o.settled)
+    });
+    assert!(served, "not every section assigned and settled once every member's file agreed");
+    assert_eq!(net.store(1).state().control().layout, Some(LAYOUT));
+    let grant = heartbeat(&mut net, alloc);
+    assert_eq!(grant.layout, Some((LAYOUT, true)), "the recorded layout");
+    assert!(!grant.runs.is_empty(), "the AllocSvr is granted its sections");
+}
+
+/// A member whose build reports no layout (before the layout record) is unknown, not another
+/// layout: it holds the record back, but not the arbiter (an upgrade in progress must not stop
+/// the set's failover). Fails if `layout_dispute` counts a member that reported nothing.
+#[test]
+fn a_member_that_reports_no_layout_does_not_hold_assignments_back() {
+    let (mut net, _) = arbiter_ready(|id| (id != 2).then_some(LAYOUT));
+    let assigned = net.tick_until(&[1], 5, |net| n_assigned(net) > 0);
+    assert!(assigned, "nothing assigned while member 2 reports no layout");
+    assert_eq!(net.store(1).state().control().layout, None, "recorded without member 2's report");
 }
 
 /// A forged member (a peer certificate of the set) sends the leader a proposal — empty, on
