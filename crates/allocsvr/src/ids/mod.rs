@@ -47,6 +47,10 @@ use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 /// The `IdService` of one AllocSvr.
+/// A `NextIds` call's places in `alloc.max_ids_in_flight`: in the big calls' half (a call of
+/// more than [`clock::CHUNK`] ids), and in the whole.
+type IdsHeld = (Option<tokio::sync::OwnedSemaphorePermit>, tokio::sync::OwnedSemaphorePermit);
+
 pub struct IdServer {
     pub shared: Arc<Shared>,
 }
@@ -54,15 +58,29 @@ pub struct IdServer {
 impl IdServer {
     /// `count` ids of `alloc.max_ids_in_flight`, given back when dropped; RESOURCE_EXHAUSTED at
     /// once if they are not free (a call waiting for them would hold its request and a task).
-    fn ids_in_flight(&self, count: u32) -> Result<tokio::sync::OwnedSemaphorePermit, AllocError> {
+    fn ids_in_flight(&self, count: u32) -> Result<IdsHeld, AllocError> {
         let budgets = &self.shared.budgets;
-        budgets.ids.clone().try_acquire_many_owned(count).map_err(|_| {
+        // A big call first takes its place in the big calls' half (at most all of it).
+        let big = if count as usize > clock::CHUNK {
+            let want = count.min(budgets.max_big_ids as u32);
+            Some(budgets.big_ids.clone().try_acquire_many_owned(want).map_err(|_| {
+                let metrics = &self.shared.metrics;
+                metrics.budget(crate::metrics::Budget::IdsInFlight).full.increment(1);
+                let (in_use, max) = (budgets.ids_in_use(), budgets.max_ids);
+                tracing::debug!(count, in_use, max, "NextIds refused: big calls hold their half");
+                AllocError::IdsInFlight { count, in_use, max }
+            })?)
+        } else {
+            None
+        };
+        let all = budgets.ids.clone().try_acquire_many_owned(count).map_err(|_| {
             let metrics = &self.shared.metrics;
             metrics.budget(crate::metrics::Budget::IdsInFlight).full.increment(1);
             let (in_use, max) = (budgets.ids_in_use(), budgets.max_ids);
             tracing::debug!(count, in_use, max, "NextIds refused: alloc.max_ids_in_flight reached");
             AllocError::IdsInFlight { count, in_use, max }
-        })
+        })?;
+        Ok((big, all))
     }
 
     fn setup(&self, name: &str) -> Result<&SchemeSetup, AllocError> {
@@ -546,6 +564,26 @@ mod tests {
         assert_eq!(waits.await.expect("no panic").expect("served").len(), 4_000);
         assert_eq!(s.shared.budgets.ids_in_use(), 0, "given back with the answer");
         assert_eq!(next_ids(&s, 1_001, 1_000).await.expect("fits now").len(), 1_001);
+    }
+
+    /// Calls of more than a chunk hold at most half of `alloc.max_ids_in_flight` between them:
+    /// while they wait (a slow layout waits long), calls of at most a chunk still find room.
+    /// Without the half, the big calls fill the whole budget and the small one is refused.
+    #[tokio::test]
+    async fn big_calls_hold_at_most_half_of_the_ids_in_flight() {
+        let (s, _clock) = id_server(1, |c| c.tuning.max_ids_in_flight = 20_000);
+        let first = s.ids_in_flight(8_000).expect("fits the big half");
+        let refused = s.ids_in_flight(8_000).expect_err("the big half has 2000 left");
+        assert_eq!(to_status(refused).code(), Code::ResourceExhausted);
+        let smalls: Vec<_> =
+            (0..2).map(|_| s.ids_in_flight(4_096).expect("small calls use the rest")).collect();
+        assert_eq!(s.shared.budgets.ids_in_use(), 8_000 + 2 * 4_096);
+        drop((first, smalls));
+        assert_eq!(s.shared.budgets.ids_in_use(), 0);
+        let whole = s.ids_in_flight(15_000).expect("a call over the half takes all of it");
+        assert!(s.ids_in_flight(5_000).is_err(), "no big room left");
+        assert!(s.ids_in_flight(4_096).is_ok(), "small room left");
+        drop(whole);
     }
 
     /// Issue 30 (3c): a caller asking for many ids cannot take the whole lead on the clock. The

@@ -24,6 +24,11 @@ pub struct Budgets {
     /// One permit per id in flight (`alloc.max_ids_in_flight`).
     pub ids: Arc<Semaphore>,
     pub max_ids: usize,
+    /// The share of `ids` that calls of more than `ids::clock::CHUNK` ids may hold between
+    /// them: half (a call bigger than the half takes all of it), so calls of at most a chunk
+    /// always have the other half, however long big calls of a slow layout wait for the clock.
+    pub big_ids: Arc<Semaphore>,
+    pub max_big_ids: usize,
     /// One permit per byte of `NextStream` batches held (`alloc.max_stream_bytes`).
     pub stream_bytes: Arc<Semaphore>,
     pub max_stream_bytes: usize,
@@ -36,6 +41,8 @@ impl Budgets {
         Budgets {
             ids: Arc::new(Semaphore::new(tuning.max_ids_in_flight)),
             max_ids: tuning.max_ids_in_flight,
+            big_ids: Arc::new(Semaphore::new((tuning.max_ids_in_flight / 2).max(1))),
+            max_big_ids: (tuning.max_ids_in_flight / 2).max(1),
             stream_bytes: Arc::new(Semaphore::new(tuning.max_stream_bytes)),
             max_stream_bytes: tuning.max_stream_bytes,
             stream_reads_held: AtomicU64::new(0),
