@@ -41,7 +41,8 @@ for set in 0 1; do
     PROCS[store-$set-$id]="storesvr --config $CONFIG --set-id $set --node-id $id --data-dir $LOCAL/store-$set-$id $(tls_flags store-$set-$id)"
   done
   for i in 1 2; do
-    PROCS[alloc-$set-$i]="allocsvr --config $CONFIG --set-id $set --addr 127.0.0.1:72$set$i $(tls_flags alloc-$set-$i)"
+    # --probe-addr: /healthz and /readyz without a client certificate, plaintext, at port + 20000.
+    PROCS[alloc-$set-$i]="allocsvr --config $CONFIG --set-id $set --addr 127.0.0.1:72$set$i --probe-addr 127.0.0.1:272$set$i $(tls_flags alloc-$set-$i)"
   done
 done
 NAMES=$(printf '%s\n' "${!PROCS[@]}" | sort)

@@ -37,6 +37,12 @@ pub struct Args {
     /// Override `alloc.request_timeout_ms`.
     #[arg(long, env = "SEQSVR_REQUEST_TIMEOUT_MS")]
     pub request_timeout_ms: Option<u64>,
+    /// Where to answer `GET /healthz` and `GET /readyz` in plaintext HTTP **without a client
+    /// certificate**, for probes that cannot present one (Kubernetes `httpGet`, a cloud load
+    /// balancer): `off` (the default: the probes are answered only on the mutual-TLS port) or
+    /// HOST:PORT. Nothing else is served there.
+    #[arg(long, env = "SEQSVR_PROBE_ADDR", default_value = "off")]
+    pub probe_addr: String,
 }
 
 /// `--tls-cert`'s help for an AllocSvr.
@@ -51,6 +57,9 @@ pub struct AllocConfig {
     pub listen: SocketAddr,
     /// Where `/metrics` is served; None: not at all.
     pub metrics: Option<SocketAddr>,
+    /// Where the probes are answered without a client certificate (`--probe-addr`); None: only
+    /// on the mutual-TLS port.
+    pub probes: Option<SocketAddr>,
     pub uid_begin: u64,
     pub uid_end: u64,
     pub section_size: u64,
@@ -139,11 +148,28 @@ impl AllocConfig {
                 server.config.display()
             );
         }
+        if (tuning.max_ids_in_flight as u64) < 2 * u64::from(cluster.ids.max_count) {
+            tracing::warn!(
+                max_ids_in_flight = tuning.max_ids_in_flight,
+                max_count = cluster.ids.max_count,
+                "alloc.max_ids_in_flight is below twice ids.max_count: one NextIds call of \
+                 ids.max_count ids can hold more than half of it, and calls of at most 4096 ids \
+                 are refused while it waits; raise alloc.max_ids_in_flight to at least {}",
+                2 * u64::from(cluster.ids.max_count)
+            );
+        }
         let Some(default) = default_listen(&args.addr) else {
             bail!("--addr {:?} is not host:port", args.addr)
         };
         let listen = args.listen.unwrap_or(default);
         let metrics = seqsvr_server::metrics::metrics_addr(&server.metrics_addr, listen)?;
+        let probes = probe_addr(&args.probe_addr)?;
+        if probes.is_some_and(|p| p == listen || Some(p) == metrics) {
+            bail!(
+                "--probe-addr {} is also the gRPC or the metrics address: give it a port of its own",
+                args.probe_addr
+            );
+        }
         let tls = seqsvr_tls::TlsSetup::from_cluster(
             cluster.tls.as_ref(),
             &server.config,
@@ -157,6 +183,7 @@ impl AllocConfig {
             addr: args.addr.clone(),
             listen,
             metrics,
+            probes,
             uid_begin: set.uid_begin,
             uid_end: set.uid_end,
             section_size: cluster.section_size,
@@ -169,6 +196,16 @@ impl AllocConfig {
             forward: ForwardSetup::from_cluster(&cluster),
         })
     }
+}
+
+/// `--probe-addr`: `off`, or an IP address with a port.
+fn probe_addr(flag: &str) -> anyhow::Result<Option<SocketAddr>> {
+    if flag == "off" {
+        return Ok(None);
+    }
+    flag.parse().map(Some).with_context(|| {
+        format!("--probe-addr {flag:?} is not `off` or an IP address with a port (HOST:PORT)")
+    })
 }
 
 /// One served scheme: its layout and its limits in the layout's time units.
@@ -290,6 +327,7 @@ impl AllocConfig {
             addr: "127.0.0.1:1".into(),
             listen: "127.0.0.1:1".parse().expect("an address"),
             metrics: None,
+            probes: None,
             uid_begin: 0,
             uid_end: 100,
             section_size: 10,

@@ -239,18 +239,46 @@ pub fn for_caller(status: Status) -> Status {
             ))
         }
         tonic::Code::InvalidArgument if status.message().contains("outside every set") => {
+            warn_lasting("no AllocSvr of the uid's set answered with a route table", &status);
             Status::unavailable(format!(
                 "no AllocSvr of the uid's set answered with a route table yet; retry ({})",
                 status.message()
             ))
         }
-        tonic::Code::PermissionDenied => Status::unavailable(format!(
-            "the owner refused this AllocSvr's forwarding identity (an owner of an older build \
-             takes no forwarded call; retry, or call the owner directly): {}",
-            status.message()
-        )),
+        tonic::Code::PermissionDenied => {
+            warn_lasting("the owner refused this AllocSvr's forwarding identity", &status);
+            Status::unavailable(format!(
+                "the owner refused this AllocSvr's forwarding identity (an owner of an older \
+                 build takes no forwarded call; retry, or call the owner directly): {}",
+                status.message()
+            ))
+        }
         _ => status,
     }
+}
+
+/// How often at most [`warn_lasting`] writes a line.
+const WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// A hop's failure that is retryable for the caller while an upgrade or a start is under way,
+/// but lasting when the configuration is wrong (the owner's set does not list this AllocSvr's
+/// identity, or the set's `allocs` in the cluster file answer for no table): a warning, at most
+/// one per [`WARN_EVERY`] for the process, so the operator sees why plain callers keep
+/// retrying.
+fn warn_lasting(what: &str, status: &Status) {
+    static LAST: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::new(None);
+    let now = Instant::now();
+    {
+        let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_some_and(|at| now.duration_since(at) < WARN_EVERY) {
+            return;
+        }
+        *last = Some(now);
+    }
+    tracing::warn!(status = %status.message(), code = ?status.code(),
+        "a forwarded call failed: {what}; plain callers are told to retry. If this lasts, \
+         check the owner set's [tls.identities] (this AllocSvr's identity, role alloc) and the \
+         cluster file's allocs of that set (at most one line per 10 s)");
 }
 
 /// What is left until `until`; DEADLINE_EXCEEDED when nothing is.

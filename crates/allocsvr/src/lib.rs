@@ -118,6 +118,18 @@ pub async fn run(config: AllocConfig, shutdown: impl Future<Output = ()>) -> any
     let services = [SEQ_SERVICE, ID_SERVICE];
     let (health, health_service) = seqsvr_server::grpc::Health::new(&services).await;
     let http_health = health.clone();
+    let probe_task = match shared.config.probes {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on --probe-addr {addr}"))?;
+            tracing::info!(%addr, "answering GET /healthz and /readyz without a client \
+                certificate at http://{addr} (--probe-addr)");
+            let serve = http::serve_probes(listener, health.clone(), stop_rx_observe.clone());
+            Some(tokio::spawn(serve))
+        }
+        None => None,
+    };
     let observe_task = tokio::spawn(observe::observe(shared.clone(), health, stop_rx_observe));
     let (reflection_v1, reflection_v1alpha) = seqsvr_server::grpc::reflection(&services)?;
     // Once shutdown began: the hand-back (within request_timeout_ms), then the calls still open
@@ -170,6 +182,9 @@ pub async fn run(config: AllocConfig, shutdown: impl Future<Output = ()>) -> any
     let _ = advancer_task.await;
     let _ = stop_observe.send(true);
     let _ = observe_task.await;
+    if let Some(probes) = probe_task {
+        let _ = probes.await;
+    }
     if let Some(why) = shared.fatal.borrow().clone() {
         anyhow::bail!("{why}");
     }

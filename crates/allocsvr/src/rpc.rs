@@ -403,6 +403,12 @@ pub enum AllocError {
     )]
     IdsInFlight { count: u32, in_use: usize, max: usize },
     #[error(
+        "calls of more than 4096 ids hold {in_use} of the {max} ids they may hold together (half \
+         of alloc.max_ids_in_flight): a call of {count} does not fit now; ask for at most 4096 \
+         per call (those have the other half), or back off before retrying"
+    )]
+    BigIdsInFlight { count: u32, in_use: usize, max: usize },
+    #[error(
         "id scheme {name:?} cannot issue ids now: {error} (fix the scheme's layout in the \
          cluster config, or this host's clock)"
     )]
@@ -558,6 +564,7 @@ impl AllocError {
             | E::BatchBytesFull { .. }
             | E::StreamFull { .. }
             | E::IdsInFlight { .. }
+            | E::BigIdsInFlight { .. }
             | E::TooManyStreams { .. }
             | E::Ceiling(_)
             | E::RanOut { .. }

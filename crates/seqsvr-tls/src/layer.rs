@@ -116,15 +116,15 @@ where
         if let Some(c) = caller {
             req.extensions_mut().insert(c);
         }
+        let grpc = crate::http_error::is_grpc(req.headers());
         let future = self.inner.call(req);
         Box::pin(async move {
             let response = future.await?;
             let (parts, body) = response.into_parts();
             let body = match audit {
                 Some(mut audit) => {
-                    // A trailers-only answer (most refusals) has its status in the headers.
-                    if let Some(code) = parts.headers.get("grpc-status") {
-                        audit.log(code.to_str().unwrap_or("?"));
+                    if let Some(result) = result_in_headers(grpc, &parts) {
+                        audit.log(&result);
                     }
                     tonic::body::Body::new(AuditBody { inner: tonic::body::Body::new(body), audit })
                 }
@@ -133,6 +133,16 @@ where
             Ok(Response::from_parts(parts, body))
         })
     }
+}
+
+/// An answer's result when its headers tell it: a gRPC status in the headers (a trailers-only
+/// answer, as most refusals are), or the HTTP status of an HTTP/JSON call's answer, which has
+/// no trailers to wait for. None: a gRPC answer whose status comes in its trailers.
+fn result_in_headers(grpc_request: bool, parts: &http::response::Parts) -> Option<String> {
+    if let Some(code) = parts.headers.get("grpc-status") {
+        return Some(code.to_str().unwrap_or("?").to_string());
+    }
+    (!grpc_request).then(|| format!("HTTP {}", parts.status.as_u16()))
 }
 
 /// PERMISSION_DENIED with `message`, in the protocol of the request with `headers`.
@@ -276,5 +286,24 @@ mod tests {
         assert_eq!(grpc.headers()["grpc-status"], "7");
         let served = auth.call(request("/v1/seq/next", "app-1", false)).await.unwrap();
         assert_eq!(served.status(), http::StatusCode::OK);
+    }
+
+    /// An admin's HTTP/JSON call is audited with its HTTP status at once (its answer has no
+    /// trailers: without this its line said "cancelled before its status"); a gRPC answer's
+    /// status is read from its headers when it is there, else left to its trailers.
+    #[test]
+    fn an_http_answer_is_audited_with_its_status() {
+        let answer = |status: u16, grpc_status: Option<&str>| {
+            let mut response = Response::builder().status(status);
+            if let Some(code) = grpc_status {
+                response = response.header("grpc-status", code);
+            }
+            response.body(()).unwrap().into_parts().0
+        };
+        assert_eq!(result_in_headers(false, &answer(200, None)).as_deref(), Some("HTTP 200"));
+        assert_eq!(result_in_headers(false, &answer(429, None)).as_deref(), Some("HTTP 429"));
+        assert_eq!(result_in_headers(true, &answer(200, Some("7"))).as_deref(), Some("7"));
+        assert_eq!(result_in_headers(false, &answer(200, Some("8"))).as_deref(), Some("8"));
+        assert_eq!(result_in_headers(true, &answer(200, None)), None, "in its trailers");
     }
 }

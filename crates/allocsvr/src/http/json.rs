@@ -117,14 +117,25 @@ fn is_json(headers: &HeaderMap) -> bool {
     media == "application/json" || (media.starts_with("application/") && media.ends_with("+json"))
 }
 
+/// How a request body is read: at most `max_bytes`, all of it within `within` (the calls'
+/// `alloc.request_timeout_ms`): a body that trickles in, or never ends, holds its buffer and a
+/// call of the connection's limit no longer than a call may wait.
+#[derive(Clone, Copy, Debug)]
+pub struct BodyLimits {
+    pub max_bytes: usize,
+    pub within: Duration,
+}
+
 /// The request's parts and its body as `T`: refused with 415 unless its content type is JSON,
-/// 413 past `max_bytes` (before more is read, from `Content-Length` when given), 400 when it is
-/// not the JSON of `T` (the message says where; the hint shows `example`).
+/// 413 past `limits.max_bytes` (before more is read, from `Content-Length` when given), 408
+/// when the body has not all arrived within `limits.within`, 400 when it is not the JSON of
+/// `T` (the message says where; the hint shows `example`).
 pub async fn read_json<T: serde::de::DeserializeOwned>(
     request: Request,
-    max_bytes: usize,
+    limits: BodyLimits,
     example: &str,
 ) -> Result<(Parts, T), HttpError> {
+    let BodyLimits { max_bytes, within } = limits;
     let (parts, body) = request.into_parts();
     if !is_json(&parts.headers) {
         let given = parts.headers.get(header::CONTENT_TYPE).map(|v| v.to_str().unwrap_or("?"));
@@ -151,7 +162,16 @@ pub async fn read_json<T: serde::de::DeserializeOwned>(
     if declared.and_then(|v| v.parse::<u64>().ok()).is_some_and(|n| n > max_bytes as u64) {
         return Err(too_large());
     }
-    let bytes = match http_body_util::Limited::new(body, max_bytes).collect().await {
+    let collect = http_body_util::Limited::new(body, max_bytes).collect();
+    let Ok(collected) = tokio::time::timeout(within, collect).await else {
+        let message = format!(
+            "the request body did not all arrive within {} ms (alloc.request_timeout_ms)",
+            within.as_millis()
+        );
+        return Err(HttpError::new(StatusCode::REQUEST_TIMEOUT, Code::DeadlineExceeded, message)
+            .hint("send the whole body at once"));
+    };
+    let bytes = match collected {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
             return Err(too_large())

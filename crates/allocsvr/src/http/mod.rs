@@ -18,11 +18,16 @@
 //!
 //! - this file: the routes and their handlers, the probes;
 //! - `json.rs`: reading requests (content type, size, JSON, numbers) and writing answers
-//!   (errors, replies that hold their budget until sent).
+//!   (errors, replies that hold their budget until sent);
+//! - `probes.rs`: the probes alone on a plaintext address of their own (`--probe-addr`), for
+//!   probes that present no client certificate.
 
 mod json;
+mod probes;
 #[cfg(test)]
 mod tests;
+
+pub use probes::serve_probes;
 
 use crate::ids::IdServer;
 use crate::service::SeqServer;
@@ -30,7 +35,7 @@ use crate::state::Shared;
 use axum::extract::{Path, Request, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use json::{grpc_request, held_of, read_json, reply, u64_of, HttpError};
+use json::{grpc_request, held_of, read_json, reply, u64_of, BodyLimits, HttpError};
 use seqsvr_proto::v1 as pb;
 use seqsvr_proto::v1::id_service_server::IdService as _;
 use seqsvr_proto::v1::seq_service_server::SeqService as _;
@@ -53,8 +58,9 @@ struct Api {
     ids: IdServer,
     /// Readiness is gRPC health's SERVING (`observe.rs` decides it), so the two never disagree.
     health: seqsvr_server::grpc::Health,
-    /// The largest request body read ([`json_request_max_bytes`]).
-    max_body_bytes: usize,
+    /// How a request body is read: at most [`json_request_max_bytes`], within
+    /// `alloc.request_timeout_ms`.
+    body: BodyLimits,
 }
 
 impl Api {
@@ -83,11 +89,12 @@ pub fn beside(
     health: seqsvr_server::grpc::Health,
 ) -> tonic::service::Routes {
     let max_body_bytes = json_request_max_bytes(shared.config.tuning.max_batch_uids);
+    let within = std::time::Duration::from_millis(shared.config.tuning.request_timeout_ms);
     let api = Arc::new(Api {
         seq: SeqServer { shared: shared.clone() },
         ids: IdServer { shared },
         health,
-        max_body_bytes,
+        body: BodyLimits { max_bytes: max_body_bytes, within },
     });
     use axum::routing::{get, post};
     let [next, current, ids_next, decode, healthz, readyz] = ROUTES.map(|(_, path)| path);
@@ -150,16 +157,20 @@ struct NextBody {
 /// order.
 async fn seq_next(State(api): State<Arc<Api>>, request: Request) -> Result<Response, HttpError> {
     let example = r#"{"uids": ["42", "7"]}"#;
-    let (parts, body): (_, NextBody) = read_json(request, api.max_body_bytes, example).await?;
+    let (parts, body): (_, NextBody) = read_json(request, api.body, example).await?;
     let uids = body
         .uids
-        .iter()
+        .into_iter()
         .enumerate()
-        .map(|(i, v)| u64_of(&format!("uids[{i}]"), v))
+        .map(|(i, v)| u64_of(&format!("uids[{i}]"), &v))
         .collect::<Result<Vec<u64>, _>>()?;
     // No route table on this side: version 0 (the reply's table, if any, is not passed on).
     let message = pb::NextBatchRequest { uids: uids.clone(), route_version: 0, independent: false };
-    let answer = api.seq.next_batch(grpc_request(&parts, message)?).await?;
+    // Only the uids (16 bytes each, as the batch is charged) stay while the call waits: the
+    // parsed JSON is gone, and so are the headers (an HTTP/1.1 request may carry hundreds of KiB).
+    let request = grpc_request(&parts, message)?;
+    drop(parts);
+    let answer = api.seq.next_batch(request).await?;
     let (held, answer) = held_of(answer);
     if answer.seqs.len() != uids.len() {
         return Err(HttpError::internal("NextBatch answered a different number of values"));
@@ -209,7 +220,7 @@ async fn ids_next_handler(
 ) -> Result<Response, HttpError> {
     let Path(scheme) = scheme.map_err(HttpError::path)?;
     let example = r#"{"count": 3}"#;
-    let (parts, body): (_, NextIdsBody) = read_json(request, api.max_body_bytes, example).await?;
+    let (parts, body): (_, NextIdsBody) = read_json(request, api.body, example).await?;
     let number = |field: &str, value: &Option<serde_json::Value>| match value {
         Some(v) => u64_of(field, v),
         None => Ok(0),
@@ -240,7 +251,9 @@ async fn ids_next_handler(
         packed_ids128: true,
         packed_ids64: false,
     };
-    let answer = api.ids.next_ids(grpc_request(&parts, message)?).await?;
+    let request = grpc_request(&parts, message)?;
+    drop(parts); // not held while the call waits for the clock
+    let answer = api.ids.next_ids(request).await?;
     let (held, answer) = held_of(answer);
     let layout = api.layout(&scheme)?;
     let ids = if layout.scheme().id_bits() <= 64 {
@@ -250,16 +263,15 @@ async fn ids_next_handler(
     };
     let ids: Vec<u128> =
         ids.map_err(|e| HttpError::internal(&format!("NextIds answered unreadable ids: {e}")))?;
-    let ids = ids
-        .into_iter()
-        .map(|id| layout.format(id))
-        .collect::<Result<Vec<String>, _>>()
-        .map_err(|e| HttpError::internal(&format!("an id issued is not of its layout: {e}")))?;
+    // The answer's own copies go before the JSON is written.
+    drop((answer.ids, answer.ids128, answer.ids64_packed, answer.ids128_packed));
+    // Each id is formatted as it is written (no string per id beside the JSON).
+    let ids = IdTexts { layout, ids };
     #[derive(Serialize)]
-    struct Ids {
+    struct Ids<'a> {
         scheme: String,
         worker_id: u64,
-        ids: Vec<String>,
+        ids: IdTexts<'a>,
         /// rongcloud: the uid the session is routed by.
         #[serde(skip_serializing_if = "Option::is_none")]
         session_uid: Option<String>,
@@ -267,6 +279,27 @@ async fn ids_next_handler(
     let rongcloud = layout.scheme() == seqsvr_core::idscheme::Scheme::RongCloud;
     let session_uid = rongcloud.then(|| answer.session_uid.to_string());
     reply(&Ids { scheme, worker_id: answer.worker_id, ids, session_uid }, held)
+}
+
+/// Ids as JSON strings in their scheme's text form, formatted one by one as they are written.
+struct IdTexts<'a> {
+    layout: &'a seqsvr_core::idscheme::Layout,
+    ids: Vec<u128>,
+}
+
+impl Serialize for IdTexts<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error as _, SerializeSeq as _};
+        let mut seq = serializer.serialize_seq(Some(self.ids.len()))?;
+        for &id in &self.ids {
+            let text = self
+                .layout
+                .format(id)
+                .map_err(|e| S::Error::custom(format!("an id issued is not of its layout: {e}")))?;
+            seq.serialize_element(&text)?;
+        }
+        seq.end()
+    }
 }
 
 /// `GET /v1/ids/{scheme}/decode/{id}`: `Decode` (its checks and errors), answered with the
@@ -291,10 +324,15 @@ async fn healthz_handler() -> Result<Response, HttpError> {
     reply(&serde_json::json!({ "status": "UP" }), None)
 }
 
+/// `GET /readyz` on the API's port.
+async fn readyz_handler(State(api): State<Arc<Api>>) -> Result<Response, HttpError> {
+    readyz(&api.health)
+}
+
 /// `GET /readyz`: 200 while gRPC health says SERVING (a valid lease, so the store answers its
 /// heartbeats), else 503: where a load balancer or Kubernetes should send traffic.
-async fn readyz_handler(State(api): State<Arc<Api>>) -> Result<Response, HttpError> {
-    if !api.health.serving() {
+fn readyz(health: &seqsvr_server::grpc::Health) -> Result<Response, HttpError> {
+    if !health.serving() {
         let message = "this AllocSvr is not serving: it holds no valid lease (starting, its \
                        store unreachable, or shutting down)";
         return Err(HttpError::new(

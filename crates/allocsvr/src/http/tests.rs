@@ -645,3 +645,71 @@ async fn over_mutual_tls_only_clients_and_admins_reach_the_api() {
     assert_eq!(after, drawn, "no refused call reached the service");
     assert_eq!(current(&s, 15), last, "nothing allocated by a refused call");
 }
+
+/// `--probe-addr`: plaintext, no certificate asked; `/healthz` and `/readyz` answer as on the
+/// API's port (readiness follows the same health), every other path is 404 there — the API
+/// (`/v1/...`) is never served without the TLS port's certificate — and the listener stops
+/// with its stop signal.
+#[tokio::test]
+async fn the_probe_address_answers_only_the_probes_without_a_certificate() {
+    let s = serve(alloc(|_| {}), None).await;
+    let before = current(&s, 15);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let addr = listener.local_addr().expect("an address");
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let probes = tokio::spawn(serve_probes(listener, s.health.clone(), stop_rx.clone()));
+    for version in BOTH {
+        let target = HttpTarget::plaintext(&addr.to_string());
+        let mut conn = HttpConn::connect(&target, version).await.expect("connected");
+        assert_eq!(conn.get("/healthz").await.expect("answered").json(), json!({"status": "UP"}));
+        assert_eq!(error_of(&conn.get("/readyz").await.expect("answered")).0, 503);
+        for path in ["/v1/seq/15", "/v1/ids/snowflake/decode/1", "/metrics", "/"] {
+            let (status, code, message) = error_of(&conn.get(path).await.expect("answered"));
+            assert_eq!((status, code.as_str()), (404, "NOT_FOUND"), "{path}: {message}");
+        }
+        let (status, ..) = error_of(
+            &conn.post_json("/v1/seq/next", &json!({"uids": ["15"]})).await.expect("answered"),
+        );
+        assert_eq!(status, 404, "POST /v1/seq/next is not served on the probe address");
+    }
+    assert_eq!(current(&s, 15), before, "nothing was allocated");
+    let observing =
+        tokio::spawn(crate::observe::observe(s.shared.clone(), s.health.clone(), stop_rx));
+    let target = HttpTarget::plaintext(&addr.to_string());
+    let mut conn = HttpConn::connect(&target, HttpVersion::Http1).await.expect("connected");
+    until_readyz(&mut conn, 200, "serving on the probe address once the lease was seen").await;
+    let _ = stop.send(true);
+    let _ = observing.await;
+    tokio::time::timeout(Duration::from_secs(20), probes).await.expect("stops").expect("no panic");
+}
+
+/// A body that never all arrives is answered 408 once `alloc.request_timeout_ms` has passed,
+/// and the call is gone: without the limit the request held its buffer and one of the
+/// connection's calls until the client left.
+#[tokio::test]
+async fn a_body_that_never_ends_is_refused_after_the_request_timeout() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let s = serve(alloc(|c| c.tuning.request_timeout_ms = 200), None).await;
+    let before = current(&s, 15);
+    let mut tcp = tokio::net::TcpStream::connect(s.addr).await.expect("connected");
+    let head = "POST /v1/seq/next HTTP/1.1\r\nhost: a\r\ncontent-type: application/json\r\n\
+                content-length: 100\r\n\r\n{\"uids\": [\"15\"";
+    tcp.write_all(head.as_bytes()).await.expect("sent");
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    // A hang guard, not a timing: the answer comes after 200 ms, or never without the limit.
+    let read = tokio::time::timeout(Duration::from_secs(20), async {
+        while !String::from_utf8_lossy(&answer).contains("}") {
+            let n = tcp.read(&mut buf).await.expect("read");
+            if n == 0 {
+                break;
+            }
+            answer.extend_from_slice(&buf[..n]);
+        }
+    });
+    read.await.expect("answered before the hang guard");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("DEADLINE_EXCEEDED") && answer.contains("alloc.request_timeout_ms"));
+    assert_eq!(current(&s, 15), before, "nothing was allocated");
+}

@@ -66,9 +66,10 @@ impl IdServer {
             Some(budgets.big_ids.clone().try_acquire_many_owned(want).map_err(|_| {
                 let metrics = &self.shared.metrics;
                 metrics.budget(crate::metrics::Budget::IdsInFlight).full.increment(1);
-                let (in_use, max) = (budgets.ids_in_use(), budgets.max_ids);
+                let max = budgets.max_big_ids;
+                let in_use = max.saturating_sub(budgets.big_ids.available_permits());
                 tracing::debug!(count, in_use, max, "NextIds refused: big calls hold their half");
-                AllocError::IdsInFlight { count, in_use, max }
+                AllocError::BigIdsInFlight { count, in_use, max }
             })?)
         } else {
             None
@@ -573,8 +574,12 @@ mod tests {
     async fn big_calls_hold_at_most_half_of_the_ids_in_flight() {
         let (s, _clock) = id_server(1, |c| c.tuning.max_ids_in_flight = 20_000);
         let first = s.ids_in_flight(8_000).expect("fits the big half");
-        let refused = s.ids_in_flight(8_000).expect_err("the big half has 2000 left");
-        assert_eq!(to_status(refused).code(), Code::ResourceExhausted);
+        let refused = to_status(s.ids_in_flight(8_000).expect_err("the big half has 2000 left"));
+        assert_eq!(refused.code(), Code::ResourceExhausted);
+        // The message names the half it does not fit in, with its figures, and the way out.
+        let message = refused.message();
+        assert!(message.contains("hold 8000 of the 10000"), "{message}");
+        assert!(message.contains("at most 4096 per call"), "{message}");
         let smalls: Vec<_> =
             (0..2).map(|_| s.ids_in_flight(4_096).expect("small calls use the rest")).collect();
         assert_eq!(s.shared.budgets.ids_in_use(), 8_000 + 2 * 4_096);
