@@ -30,3 +30,4 @@ mod t95_teeth_worker_wait;
 mod t96_tls;
 mod t97_ids;
 mod t98_forwarding;
+mod t99_alloc_layout;
