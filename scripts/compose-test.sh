@@ -216,9 +216,11 @@ fi
 # Container chaos test (`scripts/compose-test.sh`)
 
 `docker-compose.yml` (set 0: 3 StoreSvrs + 2 AllocSvrs, image from `scripts/docker-image.sh`),
-8 recording clients on the host (`seqcheck load`), five steps of container faults. Each row is a
-step from its start to the next step's start; "longest stretch" is the longest time in the step
-during which no client call to the set succeeded (what an application felt). The history was
+8 recording clients on the host (`seqcheck load`: 4 SDK clients, and 2 plain gRPC and 2
+HTTP/JSON clients of one AllocSvr each, whose calls are forwarded), five steps of container
+faults. Each row is a step from its start to the next step's start; "longest stretch" is the
+longest time in the step during which no client call to the set succeeded (what an application
+felt). The history was
 checked: every value distinct and increasing in real-time order per uid. The same load issued
 ids (`NextIds` of every scheme the compose file serves, on both AllocSvrs), checked for ids issued
 twice and for ids of one worker id going back in real-time order.

@@ -8,7 +8,9 @@
 //! - whenever operation A completed before operation B was invoked, `value(A) < value(B)`.
 //!
 //! `unknown` and `fail` operations constrain nothing: an unknown `next` may have consumed a
-//! value (a gap), which is allowed.
+//! value (a gap), which is allowed. A fourth outcome, `malformed` (an answer that breaks the
+//! API: values for other uids, another number of values than uids, not numbers), is a
+//! violation of its own: such an answer is never taken as values, nor let pass as unknown.
 
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -23,6 +25,9 @@ pub enum Outcome {
     Fail { code: String },
     /// May or may not have been applied.
     Unknown { reason: String },
+    /// An answer that breaks the API's promise (another number of values than uids, a value for
+    /// another uid, not a number): a violation, whatever it allocated.
+    Malformed { reason: String },
 }
 
 /// One client operation: `next` of one uid, or a batch.
@@ -54,6 +59,8 @@ pub struct Report {
     pub n_ok: u64,
     pub n_fail: u64,
     pub n_unknown: u64,
+    /// Malformed answers (each one is also a violation).
+    pub n_malformed: u64,
     /// Values handed out (a batch counts each uid).
     pub n_values: u64,
     pub ops_per_s: f64,
@@ -102,6 +109,17 @@ pub fn check(ops: &[Operation]) -> Report {
             }
             Outcome::Fail { .. } => report.n_fail += 1,
             Outcome::Unknown { .. } => report.n_unknown += 1,
+            Outcome::Malformed { .. } => {
+                report.n_malformed += 1;
+                report.violations.push(Violation {
+                    uid: op.uids.first().copied().unwrap_or(0),
+                    kind: "malformed reply",
+                    earlier: op.clone(),
+                    earlier_value: 0,
+                    later: op.clone(),
+                    later_value: 0,
+                });
+            }
         }
     }
     if first < last {
@@ -262,6 +280,23 @@ mod tests {
         assert!(check(&[ok(1, 0, 10, 5), batch.clone()]).is_valid());
         let bad = Operation { outcome: Outcome::Ok { values: vec![6, 6, 3] }, ..batch };
         assert_eq!(check(&[bad]).violations[0].kind, "duplicate");
+    }
+
+    #[test]
+    fn a_malformed_answer_is_a_violation_and_constrains_nothing_else() {
+        let malformed = Operation {
+            uids: vec![3, 4],
+            outcome: Outcome::Malformed { reason: "1 value for 2 uids".into() },
+            ..ok(3, 12, 13, 0)
+        };
+        let r = check(&[ok(1, 0, 10, 5), malformed.clone(), ok(1, 20, 30, 6)]);
+        assert_eq!((r.n_ok, r.n_malformed, r.violations.len()), (2, 1, 1));
+        let v = &r.violations[0];
+        assert_eq!((v.kind, v.uid), ("malformed reply", 3));
+        assert_eq!(v.later, malformed);
+        let mut buf = Vec::new();
+        write_jsonl(std::slice::from_ref(&malformed), &mut buf).unwrap();
+        assert_eq!(read_jsonl(buf.as_slice()).unwrap(), [malformed]);
     }
 
     #[test]

@@ -189,6 +189,15 @@ impl HttpConn {
         response
     }
 
+    /// Whether the connection is closed (by the server, or after an error): a request sent on
+    /// it now would fail without being sent.
+    pub fn is_closed(&self) -> bool {
+        match &self.sender {
+            Sender::H1(s) => s.is_closed(),
+            Sender::H2(s) => s.is_closed(),
+        }
+    }
+
     /// `GET path`.
     pub async fn get(&mut self, path: &str) -> Result<HttpReply, String> {
         self.send("GET", path, &[], Bytes::new()).await

@@ -8,7 +8,8 @@
 //! - [`proxy`]: fault-injecting TCP proxies for cutting single links.
 //! - [`http`]: an HTTP/1.1 or HTTP/2 client of the AllocSvr's HTTP/JSON API (issue 31).
 //! - [`observe`]: a process's `/metrics` and gRPC health, read as an operator's tools do.
-//! - [`nemesis`]: seeded fault schedules and the runner behind `seqcheck nemesis`.
+//! - [`nemesis`]: seeded fault schedules and the runner behind `seqcheck nemesis`; its load's
+//!   clients (SDK, plain gRPC and HTTP/JSON clients of one AllocSvr) in `nemesis/clients.rs`.
 //! - [`load`]: `seqcheck load`: the nemesis's client load against any running cluster (a cluster
 //!   file), with steps marked on stdin by an outside fault script (the container chaos test).
 //! - [`ids`]: `IdService.NextIds` calls as JSON lines and the checker of the id guarantees

@@ -7,6 +7,10 @@
 //! nemesis; at the end the history is checked and, per step, the longest stretch in which a set
 //! saw no successful call is reported: what a client felt during that step.
 //!
+//! The clients are the nemesis's mix (`nemesis/clients.rs`): SDK clients, and plain gRPC and
+//! HTTP/JSON clients of one AllocSvr of the cluster file each; a kind of client that never got a
+//! value fails the run, as its part of the check would be empty.
+//!
 //! Beside the sequence load, the nemesis's id load (unless `id_load` is off): `NextIds` of every
 //! scheme the cluster file serves (`rongcloud` included: a few sessions, each asked of its owner),
 //! on every AllocSvr of the loaded sets, checked at the end for ids issued twice and ids of one
@@ -15,6 +19,8 @@
 
 use crate::history::{check, Operation, Outcome, Report};
 use crate::ids::IdReport;
+use crate::nemesis::clients::{self, calls_by_kind, connect_clients, silent_kinds};
+use crate::nemesis::clients::{ClientKind, KindCalls};
 use crate::nemesis::{id_faults, start_load};
 use seqsvr_client::seq::SeqClient;
 use seqsvr_core::config::ClusterConfig;
@@ -22,7 +28,6 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -56,6 +61,8 @@ pub struct StepGap {
 
 #[derive(Debug, Serialize)]
 pub struct LoadSummary {
+    /// Per kind of client (SDK, plain gRPC, HTTP/1.1, HTTP/2): its clients and their calls.
+    pub clients: BTreeMap<ClientKind, KindCalls>,
     /// The sequence history's report; id violations are mirrored into it, so `is_valid` covers
     /// both.
     pub report: Report,
@@ -84,13 +91,19 @@ impl LoadSummary {
         }
         let r = &self.report;
         t.push_str(&format!(
-            "\nCalls: {} ok, {} failed, {} unknown; values handed out: {}; violations: {}.\n",
+            "\nCalls: {} ok, {} failed, {} unknown, {} malformed; values handed out: {}; \
+             violations: {}.\n",
             r.n_ok,
             r.n_fail,
             r.n_unknown,
+            r.n_malformed,
             r.n_values,
             r.violations.len()
         ));
+        if !self.clients.is_empty() {
+            t.push_str("\n| clients | |\n|---|---|\n");
+            t.push_str(&clients::table_rows(&self.clients));
+        }
         if self.ids.n_ok + self.ids.n_fail + self.ids.n_unknown + self.ids.n_malformed > 0 {
             t.push_str("\n| ids | |\n|---|---|\n");
             t.push_str(&self.ids.table_rows());
@@ -197,11 +210,7 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<LoadSummary> {
         })?;
     }
     let t0 = Instant::now();
-    let mut clients = Vec::with_capacity(cfg.clients);
-    for _ in 0..cfg.clients {
-        let sdk = SeqClient::connect(&seeds, cfg.connect_wait).await?;
-        clients.push(crate::nemesis::LoadClient::Sdk(Arc::new(sdk)));
-    }
+    let clients = connect_clients(cfg.clients, &config.sets, &seeds, cfg.connect_wait).await?;
     let load = start_load(clients, uids, cfg.seed, t0);
     let (mut id_schemes, id_layouts) =
         id_faults::served_schemes(&config.ids, &config.sets, cfg.seed)?;
@@ -247,14 +256,16 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<LoadSummary> {
             eprintln!("load: ignoring {line:?} (expected `step NAME` or `stop`)");
         }
     }
+    let kinds = load.kinds.clone();
     let ops = load.finish(&cfg.out_dir).await?;
     let end_ns = t0.elapsed().as_nanos() as u64;
     let mut report = check(&ops);
+    let clients = calls_by_kind(&ops, &kinds, &report.violations);
     let id_calls = id_load.finish(&cfg.out_dir).await?;
     let ids = crate::ids::check(&id_calls, &id_layouts);
     ids.mirror_into(&mut report, &id_calls);
-    let unserved = id_faults::unserved(&ids, &id_schemes);
-    let summary = LoadSummary { steps: step_gaps(&ops, &marks, end_ns), report, ids };
+    let unserved = id_faults::unserved(&ids, &id_schemes).or_else(|| silent_kinds(&clients));
+    let summary = LoadSummary { steps: step_gaps(&ops, &marks, end_ns), clients, report, ids };
     std::fs::write(cfg.out_dir.join("report.json"), serde_json::to_string_pretty(&summary)?)?;
     std::fs::write(cfg.out_dir.join("summary.md"), summary.table())?;
     if let Some(e) = unserved {
@@ -306,7 +317,12 @@ mod tests {
         assert_eq!(steps[1].longest_gap_ms[&0], 50);
         assert_eq!(steps[1].longest_gap_ms[&1], 95);
         assert_eq!(steps[1].calls_ok, 3);
-        let mut summary = LoadSummary { report: check(&ops), steps, ids: IdReport::default() };
+        let mut summary = LoadSummary {
+            report: check(&ops),
+            steps,
+            clients: BTreeMap::new(),
+            ids: IdReport::default(),
+        };
         let table = summary.table();
         assert!(table.contains("| kill | 0.1 s | 3 |"), "{table}");
         assert!(!table.contains("id calls"), "no id load, no id rows: {table}");

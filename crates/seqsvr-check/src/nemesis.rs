@@ -11,13 +11,19 @@
 //! Ids (issue 10): beside the seq load, an id load calls `IdService.NextIds` (`ids.jsonl`,
 //! checked by [`crate::ids::check`]); id violations count as violations of the run
 //! (`nemesis/id_faults.rs`).
+//!
+//! Clients (issue 31, `nemesis/clients.rs`): of every four, two use the SDK, one is a plain
+//! gRPC client of one AllocSvr and one an HTTP/JSON client of one AllocSvr (HTTP/1.1 and
+//! HTTP/2 in turn); the last two reach the owners of other uids through forwarding.
 
+pub(crate) mod clients;
 pub(crate) mod id_faults;
 mod lease_faults;
 mod membership;
 
 use crate::cluster::{wait_until, Cluster, ClusterOptions, ProcKey, LIBFAKETIME, WAIT_MAX};
 use crate::history::{check, write_jsonl, Operation, Outcome, Report, Violation};
+use clients::{calls_by_kind, connect_clients, outcome_of, ClientKind, KindCalls, LoadClient};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -206,6 +212,8 @@ pub struct Summary {
     pub seconds: u64,
     pub faults: Vec<FaultRecord>,
     pub faults_by_kind: BTreeMap<&'static str, KindTally>,
+    /// Per kind of client (SDK, plain gRPC, HTTP/1.1, HTTP/2): its clients and their calls.
+    pub clients: BTreeMap<ClientKind, KindCalls>,
     /// The seq history's report; id violations are mirrored into its `violations` too (see
     /// [`crate::ids::IdReport::mirror_into`]), so one verdict covers both.
     pub report: Report,
@@ -220,9 +228,10 @@ impl Summary {
         t.push_str(&format!("| seed | {} |\n|---|---|\n", self.seed));
         t.push_str(&format!("| duration | {:.1} s |\n", r.duration_s));
         t.push_str(&format!(
-            "| operations | {} ok, {} failed, {} unknown ({} values) |\n",
-            r.n_ok, r.n_fail, r.n_unknown, r.n_values
+            "| operations | {} ok, {} failed, {} unknown, {} malformed ({} values) |\n",
+            r.n_ok, r.n_fail, r.n_unknown, r.n_malformed, r.n_values
         ));
+        t.push_str(&clients::table_rows(&self.clients));
         t.push_str(&format!("| ok operations/s | {:.0} |\n", r.ops_per_s));
         for (set, gap) in &r.longest_gap_ms {
             t.push_str(&format!(
@@ -252,6 +261,8 @@ pub(crate) struct Load {
     pub(crate) ops: Arc<Mutex<Vec<Operation>>>,
     pub(crate) ok: Arc<AtomicU64>,
     pub(crate) tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Each client's kind, by client index (`Operation::client`).
+    pub(crate) kinds: Vec<ClientKind>,
 }
 
 impl Load {
@@ -273,58 +284,15 @@ impl Load {
 }
 
 /// Concurrent callers per client, sharing its `SeqClient`: their calls to one AllocSvr get
-/// coalesced into one RPC, so the SDK's coalescing is under test too.
+/// coalesced into one RPC, so the SDK's coalescing is under test too. (An HTTP client's callers
+/// have a connection each.)
 const WORKERS_PER_CLIENT: usize = 2;
-
-/// One client of the load: the SDK (its own route table, one hop per call), or a plain gRPC
-/// client with one AllocSvr's address that sends no `seqsvr-no-forward`, so its calls for uids
-/// that AllocSvr does not own are forwarded to their owners (issue 31).
-#[derive(Clone)]
-pub(crate) enum LoadClient {
-    Sdk(Arc<SeqClient>),
-    Plain(pb::seq_service_client::SeqServiceClient<tonic::transport::Channel>),
-}
-
-impl LoadClient {
-    /// A plain client of the AllocSvr at `addr` (over the process's TLS identity).
-    pub(crate) fn plain(addr: &str) -> anyhow::Result<LoadClient> {
-        let channel = seqsvr_client::store::alloc_channel(addr)?;
-        Ok(LoadClient::Plain(pb::seq_service_client::SeqServiceClient::new(channel)))
-    }
-
-    async fn next(&self, uid: u64, deadline: Duration) -> Result<Vec<u64>, tonic::Status> {
-        match self {
-            LoadClient::Sdk(c) => c.next(uid, deadline).await.map(|v| vec![v]),
-            LoadClient::Plain(c) => {
-                let mut r = tonic::Request::new(pb::NextRequest { uid, route_version: 0 });
-                r.set_timeout(deadline);
-                Ok(vec![c.clone().next(r).await?.into_inner().seq])
-            }
-        }
-    }
-
-    async fn next_batch(
-        &self,
-        uids: &[u64],
-        deadline: Duration,
-    ) -> Result<Vec<u64>, tonic::Status> {
-        match self {
-            LoadClient::Sdk(c) => c.next_batch(uids, deadline).await,
-            LoadClient::Plain(c) => {
-                let uids = uids.to_vec();
-                let batch = pb::NextBatchRequest { uids, route_version: 0, independent: false };
-                let mut r = tonic::Request::new(batch);
-                r.set_timeout(deadline);
-                Ok(c.clone().next_batch(r).await?.into_inner().seqs)
-            }
-        }
-    }
-}
 
 /// Each client has its own `SeqClient`, hence its own route table, as independent application
 /// servers would: during a hand-over some still go to the old owner while others already go to
-/// the new one, which is exactly where a broken hand-over shows. Plain clients
-/// ([`LoadClient::Plain`]) go through forwarding, where a hand-over shows at the hop.
+/// the new one, which is exactly where a broken hand-over shows. Plain and HTTP clients
+/// ([`LoadClient::Plain`], [`LoadClient::Http`]) go through forwarding, where a hand-over shows
+/// at the hop.
 pub(crate) fn start_load(
     clients: Vec<LoadClient>,
     uids: Vec<(u64, u64)>,
@@ -334,6 +302,7 @@ pub(crate) fn start_load(
     let stop = Arc::new(AtomicBool::new(false));
     let ops = Arc::new(Mutex::new(Vec::new()));
     let ok = Arc::new(AtomicU64::new(0));
+    let kinds: Vec<ClientKind> = clients.iter().map(LoadClient::kind).collect();
     let tasks = clients
         .into_iter()
         .enumerate()
@@ -369,20 +338,10 @@ pub(crate) fn start_load(
                         client.next_batch(&batch, Duration::from_secs(3)).await
                     };
                     let complete_ns = t0.elapsed().as_nanos() as u64;
-                    let outcome = match result {
-                        Ok(values) => {
-                            ok.fetch_add(1, Ordering::Relaxed);
-                            Outcome::Ok { values }
-                        }
-                        // Refused before anything happened.
-                        Err(s) if s.code() == Code::InvalidArgument => {
-                            Outcome::Fail { code: format!("{:?}", s.code()) }
-                        }
-                        // Anything else may have allocated a value whose answer was lost.
-                        Err(s) => {
-                            Outcome::Unknown { reason: format!("{:?}: {}", s.code(), s.message()) }
-                        }
-                    };
+                    if result.is_ok() {
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let outcome = outcome_of(result);
                     ops.lock().unwrap_or_else(|e| e.into_inner()).push(Operation {
                         client: c as u32,
                         set,
@@ -395,7 +354,7 @@ pub(crate) fn start_load(
             })
         })
         .collect();
-    Load { stop, ops, ok, tasks }
+    Load { stop, ops, ok, tasks, kinds }
 }
 
 /// Attempts per scheduled fault: one that cannot run now is retried after the cluster healed,
@@ -459,18 +418,8 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Summary> {
         }
     }
     let t0 = Instant::now();
-    let mut clients = Vec::with_capacity(cfg.clients);
-    for c in 0..cfg.clients {
-        // Every fourth client (the second of a run of at least two) is a plain gRPC client
-        // of one AllocSvr: a set's uids reach the others' owners through forwarding.
-        if c % 4 == 1 {
-            let set = &cluster.config.sets[c / 4 % cluster.config.sets.len()];
-            clients.push(LoadClient::plain(&set.allocs[c / 4 % set.allocs.len()])?);
-            continue;
-        }
-        let sdk = SeqClient::connect(&seeds(&cluster), WAIT_MAX).await?;
-        clients.push(LoadClient::Sdk(Arc::new(sdk)));
-    }
+    let clients =
+        connect_clients(cfg.clients, &cluster.config.sets, &seeds(&cluster), WAIT_MAX).await?;
     let load = start_load(clients, uids, cfg.seed, t0);
     // ---- ids (issue 10): the id load on every AllocSvr of every set ----
     let (mut id_schemes, id_layouts) =
@@ -569,8 +518,13 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Summary> {
             ));
         }
     }
+    let kinds = load.kinds.clone();
     let ops = load.finish(&cfg.out_dir).await?;
     let mut report = check(&ops);
+    let clients = calls_by_kind(&ops, &kinds, &report.violations);
+    if run_error.is_none() {
+        run_error = clients::silent_kinds(&clients);
+    }
     report.violations.extend(fault_violations);
     // ---- ids: check, fail the run if a scheme was never served, mirror the violations ----
     let id_calls = id_load.finish(&cfg.out_dir).await?;
@@ -585,6 +539,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Summary> {
         seconds: cfg.seconds,
         faults: records,
         faults_by_kind,
+        clients,
         report,
         ids,
     };
