@@ -227,9 +227,16 @@ impl Forwarder {
 /// - "outside every set" from the SDK (no table of the uid's set learnt yet; the uid was
 ///   checked against the cluster file before the hop): UNAVAILABLE;
 /// - PERMISSION_DENIED: the owner refused this AllocSvr's own identity (an owner of an older
-///   build accepts no forwarded call), said as such, not as a refusal of the caller's.
+///   build accepts no forwarded call), said as such, not as a refusal of the caller's;
+/// - CANCELLED (the owner's gRPC server ended the hop at the deadline it was given, "Timeout
+///   expired"): DEADLINE_EXCEEDED, which is what happened to the caller's call (the caller's
+///   own cancellation never comes back here: its call is dropped).
 pub fn for_caller(status: Status) -> Status {
     match status.code() {
+        tonic::Code::Cancelled => Status::deadline_exceeded(format!(
+            "the call's deadline passed while it was forwarded to the uid's owner ({})",
+            status.message()
+        )),
         tonic::Code::FailedPrecondition
             if status.metadata().contains_key(seqsvr_proto::ROUTE_TABLE_METADATA) =>
         {

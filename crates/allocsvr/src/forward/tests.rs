@@ -217,6 +217,8 @@ fn hop_answers_are_restated_for_a_caller_that_did_not_route() {
     assert!(refused.message().contains("forwarding identity"), "{}", refused.message());
     let plain = tonic::Status::resource_exhausted("full");
     assert_eq!(super::for_caller(plain).code(), Code::ResourceExhausted);
+    let timed_out = super::for_caller(tonic::Status::cancelled("Timeout expired"));
+    assert_eq!(timed_out.code(), Code::DeadlineExceeded, "not HTTP 499 to a JSON caller");
     let final_precondition = tonic::Status::failed_precondition("layout differs");
     assert_eq!(super::for_caller(final_precondition).code(), Code::FailedPrecondition);
 }
