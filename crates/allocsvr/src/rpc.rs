@@ -339,6 +339,12 @@ pub enum AllocError {
          NextBatch RPCs (the SDK does so by itself), or raise the limit"
     )]
     TooManyStreams { max: usize },
+    #[error(
+        "this connection holds {max} NextStream streams open already (the most one connection \
+         may): a client needs one; close the streams it no longer reads (a stream whose replies \
+         nobody reads stays open until its client resets it)"
+    )]
+    TooManyStreamsOnConnection { max: usize },
 
     // ---- SeqService: input ----
     #[error("empty batch: give at least one uid")]
@@ -566,6 +572,7 @@ impl AllocError {
             | E::IdsInFlight { .. }
             | E::BigIdsInFlight { .. }
             | E::TooManyStreams { .. }
+            | E::TooManyStreamsOnConnection { .. }
             | E::Ceiling(_)
             | E::RanOut { .. }
             | E::WorkerRanOut { .. }

@@ -318,6 +318,85 @@ impl SeqServer {
 /// many again.
 const STREAM_BATCHES_IN_HAND: usize = 16;
 
+/// `NextStream` streams one client connection may hold open at once; one more is refused with
+/// RESOURCE_EXHAUSTED. The SDK keeps one per connection. A stream stays open, and counted,
+/// until the transport drops its reply body ([`StreamHold`]): a client that neither reads nor
+/// resets a stream keeps it, with the reply the transport holds for it and tonic's encoding
+/// buffer (a reply's size or two), however long ago its serving task ended; without this cap
+/// one connection could pin 1 024 of them (`SETTINGS_MAX_CONCURRENT_STREAMS`), and a few
+/// connections all of `alloc.max_streams`.
+pub const MAX_STREAMS_PER_CONNECTION: usize = 16;
+
+/// One `NextStream`'s place among `alloc.max_streams` and among its connection's
+/// [`MAX_STREAMS_PER_CONNECTION`], shared by its serving task and its reply stream
+/// ([`StreamReplies`], which tonic's reply body owns): given back once both are gone, so a
+/// stream whose body the transport still holds (its client reads nothing and resets nothing)
+/// stays counted after its task ended.
+pub struct StreamHold {
+    _slot: tokio::sync::OwnedSemaphorePermit,
+    connection: Option<(Arc<Shared>, std::net::SocketAddr)>,
+}
+
+impl StreamHold {
+    /// A place for a new stream from `remote`, or the limit it is past.
+    fn take(
+        shared: &Arc<Shared>,
+        remote: Option<std::net::SocketAddr>,
+    ) -> Result<StreamHold, AllocError> {
+        let full = || shared.metrics.budget(crate::metrics::Budget::Streams).full.increment(1);
+        // The connection's count first: a connection past its cap takes no global slot.
+        if let Some(addr) = remote {
+            let mut open = shared.streams_per_connection.lock().unwrap_or_else(|e| e.into_inner());
+            let count = open.entry(addr).or_insert(0);
+            if *count >= MAX_STREAMS_PER_CONNECTION {
+                full();
+                return Err(AllocError::TooManyStreamsOnConnection {
+                    max: MAX_STREAMS_PER_CONNECTION,
+                });
+            }
+            *count += 1;
+        }
+        let connection = remote.map(|addr| (shared.clone(), addr));
+        match shared.stream_slots.clone().try_acquire_owned() {
+            Ok(slot) => Ok(StreamHold { _slot: slot, connection }),
+            Err(_) => {
+                StreamHold::uncount(connection);
+                full();
+                Err(AllocError::TooManyStreams { max: shared.config.tuning.max_streams })
+            }
+        }
+    }
+
+    /// Gives a stream's place among its connection's back.
+    fn uncount(connection: Option<(Arc<Shared>, std::net::SocketAddr)>) {
+        if let Some((shared, addr)) = connection {
+            let mut open = shared.streams_per_connection.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(count) = open.get_mut(&addr) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    open.remove(&addr);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for StreamHold {
+    fn drop(&mut self) {
+        StreamHold::uncount(self.connection.take());
+    }
+}
+
+/// The remote address of the connection a request came on (over TLS from its verified peer's
+/// record, in plaintext from tonic's), if the transport tells it.
+fn remote_of<T>(request: &Request<T>) -> Option<std::net::SocketAddr> {
+    request
+        .extensions()
+        .get::<seqsvr_tls::PeerIdentity>()
+        .and_then(|peer| peer.remote_addr)
+        .or_else(|| request.remote_addr())
+}
+
 /// A batch's place in the stream budgets, from when it was read until the transport takes its
 /// reply (or the stream ends): `alloc.max_bytes_per_stream` of its stream and
 /// `alloc.max_stream_bytes` of all ([`seqsvr_core::config::AllocTuning::stream_batch_bytes`]
@@ -418,6 +497,8 @@ impl Drop for EndsStream {
 /// given back as it is taken; dropped (the client is gone), the replies still queued go too.
 pub struct StreamReplies {
     queue: Arc<ReplyQueue>,
+    /// Dropped with the reply body, i.e. once the transport is done with the stream.
+    _hold: Arc<StreamHold>,
 }
 
 impl futures::Stream for StreamReplies {
@@ -515,7 +596,8 @@ impl SeqServer {
     /// their replies are taken). A stream whose client takes no reply for `request_timeout_ms`
     /// while one waits for it ends at once with RESOURCE_EXHAUSTED, whatever it has in hand: its
     /// queued replies and their charges are dropped, so it cannot pin them, or the waiting
-    /// places they hold, for ever. `_slot` is its place among `alloc.max_streams`.
+    /// places they hold, for ever. `_hold` is its place among `alloc.max_streams` and its
+    /// connection's streams (the reply stream holds it too, until the transport drops it).
     ///
     /// Memory: each batch read holds its bytes of this stream's `alloc.max_bytes_per_stream`
     /// and of every stream's `alloc.max_stream_bytes` until the transport takes its reply or
@@ -526,7 +608,7 @@ impl SeqServer {
         self,
         mut incoming: tonic::Streaming<pb::NextStreamRequest>,
         queue: Arc<ReplyQueue>,
-        _slot: tokio::sync::OwnedSemaphorePermit,
+        _hold: Arc<StreamHold>,
         may_forward: bool,
     ) {
         use futures::StreamExt as _;
@@ -560,6 +642,10 @@ impl SeqServer {
             if let Some(at) = stall_at {
                 if at <= Instant::now() {
                     let waited_ms = stall_limit.as_millis() as u64;
+                    self.shared
+                        .budgets
+                        .streams_stalled
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tracing::info!(
                         replies = queued,
                         batches = serving.len(),
@@ -924,16 +1010,18 @@ impl pb::seq_service_server::SeqService for SeqServer {
         &self,
         request: Request<tonic::Streaming<pb::NextStreamRequest>>,
     ) -> Result<Response<Self::NextStreamStream>, Status> {
-        let slot = self.shared.stream_slots.clone().try_acquire_owned().map_err(|_| {
-            self.shared.metrics.budget(crate::metrics::Budget::Streams).full.increment(1);
-            to_status(AllocError::TooManyStreams { max: self.shared.config.tuning.max_streams })
-        })?;
+        let hold =
+            Arc::new(StreamHold::take(&self.shared, remote_of(&request)).map_err(to_status)?);
         let may_forward = self.may_forward(&request);
         let queue = Arc::new(ReplyQueue::default());
-        let serving =
-            self.clone().serve_stream(request.into_inner(), queue.clone(), slot, may_forward);
+        let serving = self.clone().serve_stream(
+            request.into_inner(),
+            queue.clone(),
+            hold.clone(),
+            may_forward,
+        );
         tokio::spawn(serving);
-        Ok(Response::new(StreamReplies { queue }))
+        Ok(Response::new(StreamReplies { queue, _hold: hold }))
     }
 
     async fn get_route_table(
@@ -1178,6 +1266,12 @@ mod tests {
         crate::rpc::test_support::serve(router).await
     }
 
+    /// A `NextStream` batch of `n` times uid 15 (section 1, ours) at our route version, with a
+    /// deadline of 10 s.
+    fn stream_batch(batch_id: u64, n: usize) -> pb::NextStreamRequest {
+        pb::NextStreamRequest { batch_id, uids: vec![15; n], route_version: 3, timeout_ms: 10_000 }
+    }
+
     /// A `NextStream` on `channel` that has sent `batches` (the sender kept, so the client's
     /// side stays open), its replies unread.
     async fn unread_stream(
@@ -1216,12 +1310,7 @@ mod tests {
         });
         s.shared.lock().table.advanced(SectionId(1), LeaseEpoch(1), Some(1 << 41));
         let url = serve_url(&s).await;
-        let batch = |batch_id, n| pb::NextStreamRequest {
-            batch_id,
-            uids: vec![15; n],
-            route_version: 3,
-            timeout_ms: 10_000,
-        };
+        let batch = stream_batch;
         // Two silent streams on one connection, 8 batches each (more than their budget), then
         // nothing more: neither closes its side.
         let silent = silent_channel(&url).await;
@@ -1273,6 +1362,66 @@ mod tests {
             assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
             assert!(status.message().contains("alloc.request_timeout_ms"), "{}", status.message());
         }
+    }
+
+    /// Issue 30, the long hostile run: a `NextStream` whose client neither reads nor resets it
+    /// stays counted among `alloc.max_streams` after the stall rule ended its serving task,
+    /// until the client drops it: the transport still holds its reply body (the reply it took,
+    /// tonic's encoding buffer), which the limit must bound. One connection holds at most
+    /// `MAX_STREAMS_PER_CONNECTION` streams; another connection is still served.
+    #[tokio::test]
+    async fn a_stream_nobody_reads_stays_counted_until_its_client_drops_it() {
+        use crate::rpc::test_support::{silent_channel, until};
+        let batch_uids = 10_000;
+        // Values above 2^40: 6 bytes each, a reply of ~60 KB, more than a 64 KiB window
+        // holds for all the streams of the connection.
+        let s = server_with(1 << 40, |c| {
+            c.tuning.max_batch_uids = batch_uids;
+            c.tuning.request_timeout_ms = 500;
+        });
+        s.shared.lock().table.advanced(SectionId(1), LeaseEpoch(1), Some(1 << 41));
+        let url = serve_url(&s).await;
+        let batch = stream_batch;
+        let shared = &s.shared;
+        let open_streams =
+            || shared.config.tuning.max_streams - shared.stream_slots.available_permits();
+        let stalled =
+            || shared.budgets.streams_stalled.load(std::sync::atomic::Ordering::Relaxed) as usize;
+        let silent = silent_channel(&url).await;
+        let mut unread = Vec::new();
+        for _ in 0..MAX_STREAMS_PER_CONNECTION {
+            unread.push(
+                unread_stream(&silent, (0..4).map(|id| batch(id, batch_uids)).collect()).await,
+            );
+        }
+        until("every silent stream's task ended by the stall rule", || {
+            stalled() == MAX_STREAMS_PER_CONNECTION
+        })
+        .await;
+        assert_eq!(open_streams(), MAX_STREAMS_PER_CONNECTION, "still held by the transport");
+        // One more on the same connection is refused; another connection is served.
+        let mut same = pb::seq_service_client::SeqServiceClient::new(silent.clone());
+        let (_idle, outgoing) = tokio::sync::mpsc::channel(1);
+        let refused = same
+            .next_stream(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+            .await
+            .expect_err("over the connection's streams");
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
+        assert!(refused.message().contains("this connection holds"), "{}", refused.message());
+        let other = tonic::transport::Channel::from_shared(url.clone()).unwrap().connect().await;
+        let (more, mut replies) = unread_stream(&other.unwrap(), vec![batch(1, 1)]).await;
+        let reply = tokio::time::timeout(Duration::from_secs(10), replies.message()).await;
+        let reply = reply.expect("no hang").expect("no error").expect("a reply");
+        assert_eq!(reply.code, 0, "{reply:?}");
+        assert_eq!(open_streams(), MAX_STREAMS_PER_CONNECTION + 1);
+        // Dropped by their clients (reset), every stream is given back, and no count is left.
+        drop(unread);
+        drop((more, replies));
+        until("every stream is given back", || open_streams() == 0).await;
+        until("no connection is counted", || {
+            shared.streams_per_connection.lock().unwrap().is_empty()
+        })
+        .await;
     }
 
     /// Red-team M7: a `NextStream` batch whose route version is older than ours is charged for

@@ -34,6 +34,8 @@ pub struct Budgets {
     pub max_stream_bytes: usize,
     /// Times a stream stopped reading because a stream budget was out (its own or the total).
     pub stream_reads_held: AtomicU64,
+    /// Streams ended because their client took no reply for `alloc.request_timeout_ms`.
+    pub streams_stalled: AtomicU64,
 }
 
 impl Budgets {
@@ -46,6 +48,7 @@ impl Budgets {
             stream_bytes: Arc::new(Semaphore::new(tuning.max_stream_bytes)),
             max_stream_bytes: tuning.max_stream_bytes,
             stream_reads_held: AtomicU64::new(0),
+            streams_stalled: AtomicU64::new(0),
         }
     }
 

@@ -144,9 +144,13 @@ pub struct Shared {
     /// Set once, with why, when this AllocSvr must not go on (its cluster file maps uids
     /// otherwise than its set's store): the process hands back and exits with the error.
     pub fatal: tokio::sync::watch::Sender<Option<String>>,
-    /// One per `NextStream` stream open (`alloc.max_streams`): the per-connection call limit
-    /// counts a stream only while it opens.
+    /// One per `NextStream` stream open (`alloc.max_streams`), held until the transport drops
+    /// its reply body, not only while its serving task runs (`service.rs::StreamHold`): the
+    /// per-connection call limit counts a stream only while it opens.
     pub stream_slots: Arc<tokio::sync::Semaphore>,
+    /// `NextStream` streams open per connection (its remote address), for
+    /// `service.rs::MAX_STREAMS_PER_CONNECTION`; an address with none has no entry.
+    pub streams_per_connection: Mutex<std::collections::HashMap<std::net::SocketAddr, usize>>,
     /// What the public calls may hold in memory ([`budgets`]).
     pub budgets: budgets::Budgets,
     /// Where calls for uids this AllocSvr does not own go (`forward.rs`).
@@ -208,6 +212,7 @@ impl Shared {
             streams_stop: tokio::sync::watch::Sender::new(false),
             fatal: tokio::sync::watch::Sender::new(None),
             stream_slots: Arc::new(tokio::sync::Semaphore::new(max_streams)),
+            streams_per_connection: Mutex::new(std::collections::HashMap::new()),
             budgets,
         }))
     }

@@ -293,6 +293,22 @@ pub const ATTACKS: [&str; 7] = [
     "registrations",
 ];
 
+/// TLS connections to the AllocSvr the attacks for which `runs(name)` holds keep open at once
+/// (each dials its own and keeps it; a tonic channel redials one at a time), for the RSS bound.
+pub fn tls_connections(runs: impl Fn(&str) -> bool) -> u64 {
+    [
+        ("never-read-streams", STREAM_CONNECTIONS),
+        ("idle-connections", IDLE_CONNECTIONS),
+        ("huge-id-counts", ID_CONNECTIONS),
+        ("oversized", 1),
+        ("malformed", 1),
+    ]
+    .into_iter()
+    .filter(|(name, _)| runs(name))
+    .map(|(_, n)| n as u64)
+    .sum()
+}
+
 /// Starts the attacks named in `only` (every one when empty); each task ends by `run.until`.
 pub(crate) fn start_all(
     run: &Arc<Run>,
@@ -410,8 +426,9 @@ async fn never_read_streams(run: Arc<Run>, attack: Arc<Attack>) {
 /// Every `request_timeout + 1 s` opens another stream that sends its batches and is never
 /// read, and keeps every stream it opened open (their request sides end with the run): a client
 /// that leaks streams, so the streams open grow by [`STREAM_CONNECTIONS`] ×
-/// [`STREAMS_PER_CONNECTION`] a period until `alloc.max_streams` refuses more. An AllocSvr
-/// that ends streams whose client reads nothing ends them meanwhile.
+/// [`STREAMS_PER_CONNECTION`] a period until the AllocSvr refuses more (its cap per
+/// connection, or `alloc.max_streams`). The AllocSvr's stall rule ends their serving tasks,
+/// but the streams stay open (and counted) until this client drops them.
 async fn one_never_read_stream(run: Arc<Run>, attack: Arc<Attack>, channel: Channel, k: u64) {
     let mut client = seq_client(channel);
     let span = run.uid_end - run.uid_begin;
