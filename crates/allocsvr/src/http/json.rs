@@ -137,19 +137,6 @@ pub async fn read_json<T: serde::de::DeserializeOwned>(
 ) -> Result<(Parts, T), HttpError> {
     let BodyLimits { max_bytes, within } = limits;
     let (parts, body) = request.into_parts();
-    if !is_json(&parts.headers) {
-        let given = parts.headers.get(header::CONTENT_TYPE).map(|v| v.to_str().unwrap_or("?"));
-        let message = match given {
-            Some(t) => format!("the body's Content-Type {t:?} is not JSON"),
-            None => "the request has no Content-Type: its body must be JSON".into(),
-        };
-        return Err(HttpError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Code::InvalidArgument,
-            message,
-        )
-        .hint("send Content-Type: application/json"));
-    }
     let too_large = || {
         let message = format!(
             "the request body is over this AllocSvr's limit of {max_bytes} bytes (a batch of \
@@ -178,6 +165,22 @@ pub async fn read_json<T: serde::de::DeserializeOwned>(
         }
         Err(e) => return Err(HttpError::invalid(format!("the request body did not arrive: {e}"))),
     };
+    // The content type is judged once the body is in: an HTTP/2 answer sent while the client
+    // still uploads ends the stream under it, and some clients (curl 7.88) then drop the
+    // answer and report a framing error instead of the 415.
+    if !is_json(&parts.headers) {
+        let given = parts.headers.get(header::CONTENT_TYPE).map(|v| v.to_str().unwrap_or("?"));
+        let message = match given {
+            Some(t) => format!("the body's Content-Type {t:?} is not JSON"),
+            None => "the request has no Content-Type: its body must be JSON".into(),
+        };
+        return Err(HttpError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Code::InvalidArgument,
+            message,
+        )
+        .hint("send Content-Type: application/json"));
+    }
     let value = serde_json::from_slice::<T>(&bytes).map_err(|e| {
         HttpError::invalid(format!("the body is not this route's JSON: {e}"))
             .hint(format!("send e.g. {example}"))
