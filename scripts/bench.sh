@@ -429,6 +429,7 @@ any_client_section() {
   echo "CPU µs/call: user + system time of the client process and of all 10 server processes (the floor"
   echo "server's for the floor) over the run, divided by the calls served. Meituan Leaf's row is its"
   echo "README's figure (\"在4C8G VM基础上，通过公司RPC方式调用，QPS压测结果近5w/s，TP999 1ms\"), not a run here."
+  echo "docs/benchmarks/README.md (\"Issue 31: any client\") says why a missed target is missed, from profiles."
   echo
   python3 - "$out" <<'PY'
 import glob, json, statistics, sys

@@ -576,6 +576,14 @@ pub fn any_client_targets(by: &ByLabel) -> Vec<TargetRow> {
     if noise > 0.0 {
         sdk.what.push_str(" (within the runs' own spread)");
     }
+    // CPU per call moves less with the neighbours than calls/s: shown beside the ratio.
+    if let (Some(after), Some(before)) =
+        (med_label(by, SDK_ONE, total_cpu), med_label(by, SDK_BEFORE, total_cpu))
+    {
+        if sdk.measured.is_some() {
+            let _ = write!(sdk.detail, "; total CPU µs/call {after:.2} ÷ {before:.2}");
+        }
+    }
     rows.push(sdk);
     rows
 }
@@ -816,6 +824,7 @@ mod tests {
         assert!((sdk.measured.unwrap() - 195.0 / 210.0).abs() < 1e-9);
         assert_eq!(sdk.bound, Bound::AtLeast(1.0 - 20.0 / 210.0));
         assert_eq!(sdk.met(), Some(true));
+        assert!(sdk.detail.ends_with("; total CPU µs/call 10.00 ÷ 10.00"), "{}", sdk.detail);
         let table = targets_table(&rows);
         assert!(table.contains("| 60000 calls/s (best mode: HTTP/2, one shared conn, uids over set 0) | ≥ 50000 calls/s | MET |"), "{table}");
 
