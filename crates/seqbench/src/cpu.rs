@@ -20,6 +20,21 @@ pub fn cpu_us(pid: &str) -> anyhow::Result<u64> {
     cpu_ticks(&stat).map(|t| t * TICK_US).with_context(|| format!("malformed /proc/{pid}/stat"))
 }
 
+/// CPU time every CPU of the machine spent busy so far (user, nice, system, irq, softirq and
+/// steal of /proc/stat's `cpu` line; guest time is inside user), in µs.
+pub fn machine_busy_us() -> anyhow::Result<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+    busy_ticks(&stat).map(|t| t * TICK_US).context("no cpu line in /proc/stat")
+}
+
+/// The busy ticks of /proc/stat's first (`cpu`, all CPUs) line: fields 1, 2, 3, 6, 7 and 8.
+pub fn busy_ticks(stat: &str) -> Option<u64> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let fields: Vec<u64> =
+        line.split_whitespace().skip(1).map(|f| f.parse().ok()).collect::<Option<_>>()?;
+    [0, 1, 2, 5, 6, 7].iter().map(|&i| fields.get(i).copied()).sum()
+}
+
 /// The fields of a /proc/<pid>/stat line after the command name (field 2, in parentheses, may
 /// hold spaces and parentheses: fields are counted after the last ')'). Index 0 is field 3.
 fn fields_after_name(stat: &str) -> Option<Vec<&str>> {
@@ -124,6 +139,16 @@ mod tests {
         assert_eq!(cpu_ticks("4242 (short) S 1 2"), None);
         assert_eq!(ppid_of("4242 (x) S"), None);
         assert!(cpu_us("self").is_ok());
+    }
+
+    #[test]
+    fn machine_busy_time_leaves_out_idle_and_iowait() {
+        // user nice system idle iowait irq softirq steal guest guest_nice
+        let stat = "cpu  100 5 30 9000 70 2 3 1 40 0\ncpu0 50 2 15 4500 35 1 1 0 20 0\n";
+        assert_eq!(busy_ticks(stat), Some(141));
+        assert_eq!(busy_ticks("intr 1 2 3\n"), None);
+        assert_eq!(busy_ticks("cpu  1 2\n"), None, "too few fields");
+        assert!(machine_busy_us().unwrap() > 0);
     }
 
     #[test]

@@ -42,6 +42,7 @@
 
 mod cpu;
 mod floor;
+mod http;
 mod ids;
 mod report;
 mod target;
@@ -71,7 +72,8 @@ struct Cli {
 
 #[derive(Clone, Debug, clap::Args)]
 struct Workload {
-    /// floor | floor-coalesced | floor-batch | seqsvr | seqsvr-batch | redis | postgres | etcd
+    /// floor | floor-coalesced | floor-batch | seqsvr | seqsvr-batch | seqsvr-plain |
+    /// seqsvr-http | redis | postgres | etcd
     #[arg(long)]
     target: TargetKind,
     /// A label for the report (e.g. "redis everysec").
@@ -111,6 +113,19 @@ struct Workload {
     /// Uids drawn from [0, uids).
     #[arg(long, default_value_t = 100_000)]
     uids: u64,
+    /// Each uid drawn is multiplied by this: `--uids 100000 --uid-stride 21475` spreads the
+    /// uids evenly over set 0 of the local cluster ([0, 2147500000)), so half of them are owned
+    /// by each of its AllocSvrs (whose sections are contiguous runs); 1 keeps them in
+    /// [0, uids).
+    #[arg(long, default_value_t = 1)]
+    uid_stride: u64,
+    /// seqsvr-http: h1 = HTTP/1.1, one keep-alive connection per caller; h2 = HTTP/2,
+    /// `--http-conns` connections shared by every caller.
+    #[arg(long, value_enum, default_value_t = http::HttpMode::H2)]
+    http: http::HttpMode,
+    /// seqsvr-http with --http h2: connections shared by the callers (caller c uses c % N).
+    #[arg(long, default_value_t = 1)]
+    http_conns: usize,
     /// uniform | zipf
     #[arg(long, default_value = "uniform")]
     dist: String,
@@ -207,6 +222,12 @@ enum Command {
         #[arg(long)]
         latency: bool,
     },
+    /// Issue 31's table from the result files of `scripts/bench.sh --any-client-only` (the
+    /// labels of `report::labels::any`): calls/s medians, ÷ the one-RPC-per-call floor, the
+    /// share forwarded, p99.9, CPU per call, Meituan Leaf's published figure beside them; then
+    /// the targets (HTTP/JSON ≥ 50,000 calls/s, plain gRPC ≥ 0.8× the floor, the SDK
+    /// unchanged), MET or MISSED.
+    AnyClientReport { results: Vec<PathBuf> },
     /// Issue 13's targets from the result files of one `scripts/bench.sh` run, as a markdown
     /// table (measured median, target, MET or MISSED). Runs are found by the labels bench.sh
     /// gives them: "seqsvr", "redis everysec, shared conn", "floor, coalesced",
@@ -268,6 +289,30 @@ struct RunResult {
     /// How many server processes were counted (0: the servers' CPU was not counted).
     #[serde(default)]
     server_processes: usize,
+    /// `--uid-stride` (runs from before it had one: 1).
+    #[serde(default = "one")]
+    uid_stride: u64,
+    /// seqsvr-plain, seqsvr-http: calls sent (answered or not) for a uid the one address does
+    /// not own, so forwarded to the owner (0 for the other targets).
+    #[serde(default)]
+    forwarded_calls: u64,
+    /// CPU the rest of the machine used during the run, in cores (busy time of all CPUs from
+    /// /proc/stat, minus this client's and the counted servers', ÷ the run's length): other
+    /// work sharing the cores, the noise (the uncounted servers of a run count here too). None
+    /// in runs of a seqbench from before it was recorded.
+    #[serde(default)]
+    others_cpu_cores: Option<f64>,
+}
+
+fn one() -> u64 {
+    1
+}
+
+impl RunResult {
+    /// The share of the calls sent (answered or not) that were forwarded (0 when none were).
+    fn forwarded_share(&self) -> f64 {
+        self.forwarded_calls as f64 / (self.calls + self.errors).max(1) as f64
+    }
 }
 
 fn uid_source(w: &Workload, seed: u64) -> anyhow::Result<impl FnMut() -> u64> {
@@ -277,10 +322,15 @@ fn uid_source(w: &Workload, seed: u64) -> anyhow::Result<impl FnMut() -> u64> {
         "zipf" => Some(Zipf::new(w.uids as f64, 1.0).map_err(|e| anyhow::anyhow!("zipf: {e}"))?),
         other => anyhow::bail!("unknown --dist {other:?}: uniform or zipf"),
     };
-    let n = w.uids;
-    Ok(move || match &zipf {
-        Some(z) => (z.sample(&mut rng) as u64).saturating_sub(1) % n,
-        None => rng.random_range(0..n),
+    let (n, stride) = (w.uids, w.uid_stride);
+    anyhow::ensure!(n > 0 && stride > 0, "--uids and --uid-stride must be at least 1");
+    anyhow::ensure!((n - 1).checked_mul(stride).is_some(), "--uids × --uid-stride passes 2^64");
+    Ok(move || {
+        stride
+            * match &zipf {
+                Some(z) => (z.sample(&mut rng) as u64).saturating_sub(1) % n,
+                None => rng.random_range(0..n),
+            }
     })
 }
 
@@ -300,7 +350,7 @@ async fn run(w: Workload) -> anyhow::Result<()> {
     let servers = cpu::ServerProcesses::resolve(&w.server_pids, &w.server_trees)?;
     let done_calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let started_calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let cpu_before = (cpu::cpu_us("self")?, servers.cpu_us()?);
+    let cpu_before = (cpu::cpu_us("self")?, servers.cpu_us()?, cpu::machine_busy_us()?);
     let started = Instant::now();
     let deadline = started + Duration::from_secs(w.seconds);
     // Paced: a thread hands out due times; the k-th call is due at started + k / rate and goes
@@ -351,16 +401,17 @@ async fn run(w: Workload) -> anyhow::Result<()> {
                     }
                 }
             }
-            (hist, calls, values, errors, last, first_error)
+            (hist, calls, values, errors, last, first_error, handle.forwarded_calls())
         }));
     }
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-    let (mut calls, mut values, mut errors) = (0, 0, 0);
+    let (mut calls, mut values, mut errors, mut forwarded_calls) = (0, 0, 0, 0);
     let mut last: BTreeMap<u64, u64> = BTreeMap::new();
     let mut first_error = None;
     for t in tasks {
-        let (h, c, v, e, l, err) = t.await.context("a caller task failed")?;
+        let (h, c, v, e, l, err, f) = t.await.context("a caller task failed")?;
         hist.add(&h)?;
+        forwarded_calls += f;
         calls += c;
         values += v;
         errors += e;
@@ -378,7 +429,12 @@ async fn run(w: Workload) -> anyhow::Result<()> {
         );
     }
     let seconds = started.elapsed().as_secs_f64();
-    let cpu_after = (cpu::cpu_us("self")?, servers.cpu_us().context("after the run")?);
+    let cpu_after =
+        (cpu::cpu_us("self")?, servers.cpu_us().context("after the run")?, cpu::machine_busy_us()?);
+    // What the rest of the machine used meanwhile: all CPUs' busy time minus this client's and
+    // the counted servers'.
+    let ours = cpu_after.0.saturating_sub(cpu_before.0) + cpu_after.1.saturating_sub(cpu_before.1);
+    let others_us = cpu_after.2.saturating_sub(cpu_before.2).saturating_sub(ours);
     let per_call =
         |before: u64, after: u64| after.saturating_sub(before) as f64 / calls.max(1) as f64;
     progress.abort();
@@ -413,12 +469,20 @@ async fn run(w: Workload) -> anyhow::Result<()> {
         client_cpu_us_per_call: per_call(cpu_before.0, cpu_after.0),
         server_cpu_us_per_call: per_call(cpu_before.1, cpu_after.1),
         server_processes: servers.len(),
+        uid_stride: w.uid_stride,
+        forwarded_calls,
+        others_cpu_cores: Some(others_us as f64 / 1e6 / seconds),
     };
     println!(
         "{:<22} {:>10.0} calls/s {:>12.0} values/s  p50 {:>6} us  p99 {:>6} us  p99.9 {:>6} us  errors {}  cpu/call client {:.2} us servers {:.2} us ({} processes)",
         result.label, result.calls_per_s, result.values_per_s, result.p50_us, result.p99_us, result.p999_us, errors,
         result.client_cpu_us_per_call, result.server_cpu_us_per_call, result.server_processes
     );
+    let others = others_us as f64 / 1e6 / seconds;
+    println!("{:<22} other processes used {others:.2} cores meanwhile", "");
+    if forwarded_calls > 0 {
+        println!("{:<22} forwarded {:.1}% of the calls", "", result.forwarded_share() * 100.0);
+    }
     if let Some(out) = &w.out {
         std::fs::write(out, serde_json::to_vec_pretty(&result)?)
             .with_context(|| format!("writing {}", out.display()))?;
@@ -597,6 +661,7 @@ async fn main() -> anyhow::Result<()> {
                 crash: crash.as_deref(),
             })
         }
+        Command::AnyClientReport { results } => report::any_client_report(&results),
         Command::FloorServe(args) => floor::serve(args).await,
         Command::Ids(args) => ids::run(args).await,
         Command::IdsReport { results, json } => ids::report(&results, json.as_ref()),
@@ -630,6 +695,9 @@ mod tests {
             seconds: 1,
             calls: 0,
             uids: 1000,
+            uid_stride: 1,
+            http: http::HttpMode::H2,
+            http_conns: 1,
             dist: dist.into(),
             batch: 1,
             out: None,
@@ -684,6 +752,19 @@ mod tests {
         }
         assert!(hot_z > 3 * hot_u, "zipf favours low uids: {hot_z} vs {hot_u}");
         assert!(uid_source(&workload("pareto"), 1).is_err());
+        let mut w = workload("uniform");
+        w.uid_stride = 21_475;
+        let mut spread = uid_source(&w, 1).unwrap();
+        let (mut low, mut high) = (0, 0);
+        for _ in 0..10_000 {
+            let u = spread();
+            assert!(u.is_multiple_of(21_475) && u < 1000 * 21_475, "{u}");
+            low += (u < 500 * 21_475) as u32;
+            high += (u >= 500 * 21_475) as u32;
+        }
+        assert!(low > 4000 && high > 4000, "both halves: {low} {high}");
+        w.uid_stride = u64::MAX / 100;
+        assert!(uid_source(&w, 1).is_err(), "999 × stride passes 2^64");
     }
 
     #[tokio::test]

@@ -1,6 +1,7 @@
 //! The targets a workload runs against, each behind the same `next(uids) -> values` call, each
 //! driven the way its users would drive it at its best (see the module docs of `main.rs`).
 
+use crate::http::{Caller, HttpTarget};
 use crate::Workload;
 use anyhow::Context;
 use seqsvr_client::seq::{SeqClient, SeqClientOptions};
@@ -35,6 +36,10 @@ pub enum TargetKind {
     /// AllocSvr): one `Next` RPC per call on one shared channel, no `seqsvr-no-forward`, so a
     /// call for a uid that AllocSvr does not own is forwarded to the owner (one hop).
     SeqsvrPlain,
+    /// HTTP/JSON to one address (`--url`, default set 0's first AllocSvr): `POST
+    /// /v1/seq/next` with one uid, keep-alive (`--http h1|h2`, module `http`); forwarded by
+    /// that AllocSvr like `seqsvr-plain`.
+    SeqsvrHttp,
     /// `INCR seq:{uid}` (--redis-conn: shared or per-caller).
     Redis,
     /// `UPDATE … RETURNING` through a pool of --pg-pool connections.
@@ -52,6 +57,7 @@ impl TargetKind {
             TargetKind::Seqsvr => "seqsvr",
             TargetKind::SeqsvrBatch => "seqsvr-batch",
             TargetKind::SeqsvrPlain => "seqsvr-plain",
+            TargetKind::SeqsvrHttp => "seqsvr-http",
             TargetKind::Redis => "redis",
             TargetKind::Postgres => "postgres",
             TargetKind::Etcd => "etcd",
@@ -90,6 +96,10 @@ pub enum Target {
     /// The floor's channel: one RPC per call. With the in-process server (no `--url`), the
     /// server task lives as long as the runtime.
     Floor(Channel),
+    /// One AllocSvr's channel, one `Next` RPC per call, and what that AllocSvr owns.
+    Plain(Channel, Arc<Ownership>),
+    /// One AllocSvr over HTTP/JSON, and what it owns.
+    Http(Arc<HttpTarget>, Arc<Ownership>),
     /// The SDK: seqsvr, or the floor server behind the same SDK.
     Seqsvr(Arc<SeqClient>),
     /// One connection for every caller.
@@ -107,10 +117,58 @@ pub enum Target {
 /// One client's connection.
 pub enum Handle {
     Floor(SeqServiceClient<Channel>),
+    /// `forwarded`: calls so far for a uid the address does not own.
+    Plain {
+        client: SeqServiceClient<Channel>,
+        owner: Arc<Ownership>,
+        forwarded: u64,
+    },
+    Http {
+        target: Arc<HttpTarget>,
+        caller: Caller,
+        owner: Arc<Ownership>,
+        forwarded: u64,
+    },
     Seqsvr(Arc<SeqClient>),
     Redis(redis::aio::MultiplexedConnection),
     Postgres(Arc<PgConn>),
     Etcd(KvClient<Channel>, EtcdView),
+}
+
+/// Which uids one AllocSvr owns (its set's route table, read once before the timed window):
+/// a call to it for any other uid is forwarded to the owner.
+pub struct Ownership {
+    addr: String,
+    table: pb::RouteTable,
+}
+
+impl Ownership {
+    /// The route table `addr` serves now (`GetRouteTable`, on `channel` to it).
+    async fn of(addr: &str, channel: Channel) -> anyhow::Result<Ownership> {
+        let reply = SeqServiceClient::new(channel)
+            .get_route_table(pb::GetRouteTableRequest {})
+            .await
+            .with_context(|| format!("GetRouteTable from {addr}"))?;
+        let table = reply.into_inner().route_table.unwrap_or_default();
+        anyhow::ensure!(!table.entries.is_empty(), "{addr} serves an empty route table");
+        Ok(Ownership { addr: addr.to_string(), table })
+    }
+
+    /// Whether a call to this address for `uid` is forwarded (the address does not own it).
+    pub fn forwards(&self, uid: u64) -> bool {
+        let t = &self.table;
+        let in_set = t.uid_begin <= uid && uid < t.uid_end;
+        !(in_set && t.owner_of_uid(uid).is_some_and(|e| e.addr == self.addr))
+    }
+}
+
+/// The one address of the plain and HTTP targets: `--url`, or set 0's first AllocSvr.
+fn one_address(w: &Workload, config: &ClusterConfig) -> anyhow::Result<String> {
+    let addr = match w.url.as_str() {
+        "" => config.sets.iter().find_map(|s| s.allocs.first().cloned()),
+        url => Some(url.to_string()),
+    };
+    addr.with_context(|| format!("{} lists no allocs (or give --url)", w.config.display()))
 }
 
 /// Reads the cluster file and takes this process's identity from it (`[tls]`: --tls-cert and
@@ -187,14 +245,18 @@ impl Target {
             }
             TargetKind::SeqsvrPlain => {
                 let config = use_identity(w, "seqsvr's cluster file")?;
-                let addr = match w.url.as_str() {
-                    "" => config.sets.iter().find_map(|s| s.allocs.first().cloned()),
-                    url => Some(url.to_string()),
-                };
-                let addr = addr.with_context(|| {
-                    format!("{} lists no allocs (or give --url)", w.config.display())
-                })?;
-                Target::Floor(seqsvr_client::store::alloc_channel(&addr)?)
+                let addr = one_address(w, &config)?;
+                let channel = seqsvr_client::store::alloc_channel(&addr)?;
+                let owner = Ownership::of(&addr, channel.clone()).await?;
+                Target::Plain(channel, Arc::new(owner))
+            }
+            TargetKind::SeqsvrHttp => {
+                let config = use_identity(w, "seqsvr's cluster file")?;
+                let addr = one_address(w, &config)?;
+                let channel = seqsvr_client::store::alloc_channel(&addr)?;
+                let owner = Ownership::of(&addr, channel).await?;
+                let target = HttpTarget::connect(&addr, w.http, w.http_conns).await?;
+                Target::Http(Arc::new(target), Arc::new(owner))
             }
             TargetKind::Redis => {
                 let client = redis::Client::open(w.url.as_str())
@@ -239,13 +301,23 @@ impl Target {
 
     /// Caller `client`'s handle (a connection of its own only for the per-caller modes).
     pub async fn handle(&self, client: usize) -> anyhow::Result<Handle> {
+        // The SDK's message size limits (`seq.rs::seq_client`).
+        let seq_client = |channel: &Channel| {
+            SeqServiceClient::new(channel.clone())
+                .max_encoding_message_size(seqsvr_proto::SEQ_REQUEST_MAX_BYTES)
+                .max_decoding_message_size(seqsvr_proto::REPLY_MAX_BYTES)
+        };
         Ok(match self {
-            // The SDK's message size limits (`seq.rs::seq_client`).
-            Target::Floor(channel) => Handle::Floor(
-                SeqServiceClient::new(channel.clone())
-                    .max_encoding_message_size(seqsvr_proto::SEQ_REQUEST_MAX_BYTES)
-                    .max_decoding_message_size(seqsvr_proto::REPLY_MAX_BYTES),
-            ),
+            Target::Floor(channel) => Handle::Floor(seq_client(channel)),
+            Target::Plain(channel, owner) => {
+                Handle::Plain { client: seq_client(channel), owner: owner.clone(), forwarded: 0 }
+            }
+            Target::Http(target, owner) => Handle::Http {
+                target: target.clone(),
+                caller: target.caller(client).await?,
+                owner: owner.clone(),
+                forwarded: 0,
+            },
             Target::Seqsvr(client) => Handle::Seqsvr(client.clone()),
             Target::RedisShared(conn) => Handle::Redis(conn.clone()),
             Target::RedisPerCaller(client) => Handle::Redis(
@@ -261,11 +333,28 @@ impl Target {
 }
 
 impl Handle {
+    /// Calls so far for a uid the one address does not own (the plain and HTTP targets).
+    pub fn forwarded_calls(&self) -> u64 {
+        match self {
+            Handle::Plain { forwarded, .. } | Handle::Http { forwarded, .. } => *forwarded,
+            _ => 0,
+        }
+    }
+
     pub async fn next(&mut self, uids: &[u64]) -> anyhow::Result<Vec<u64>> {
         match self {
             Handle::Floor(client) => {
                 let r = client.next(pb::NextRequest { uid: uids[0], route_version: 0 }).await?;
                 Ok(vec![r.into_inner().seq])
+            }
+            Handle::Plain { client, owner, forwarded } => {
+                *forwarded += owner.forwards(uids[0]) as u64;
+                let r = client.next(pb::NextRequest { uid: uids[0], route_version: 0 }).await?;
+                Ok(vec![r.into_inner().seq])
+            }
+            Handle::Http { target, caller, owner, forwarded } => {
+                *forwarded += owner.forwards(uids[0]) as u64;
+                Ok(vec![target.next(caller, uids[0]).await?])
             }
             Handle::Seqsvr(client) => {
                 if uids.len() == 1 {
