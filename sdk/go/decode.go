@@ -479,16 +479,9 @@ func (l *Layout) Parse(text string) (U128, error) {
 	case UUIDv7:
 		id, why = parseUUID(text)
 	default:
-		digits := text
-		if strings.HasPrefix(digits, "+") {
-			digits = digits[1:]
-		}
-		v, err := strconv.ParseUint(digits, 10, 64)
-		if err != nil || digits == "" || digits[0] == '+' || digits[0] == '-' {
-			why = "not a decimal u64"
-		} else {
-			id = U128From(v)
-		}
+		var v uint64
+		v, why = parseU64(text)
+		id = U128From(v)
 	}
 	if why != "" {
 		return U128{}, fmt.Errorf("%s: cannot parse %q: %s", l.scheme, text, why)
@@ -497,6 +490,28 @@ func (l *Layout) Parse(text string) (U128, error) {
 		return U128{}, err
 	}
 	return id, nil
+}
+
+// parseU64 reads a decimal u64 as Rust's str::parse does (an optional '+', digits only),
+// with its reasons.
+func parseU64(text string) (uint64, string) {
+	digits := text
+	if strings.HasPrefix(digits, "+") && len(digits) > 1 {
+		digits = digits[1:]
+	}
+	if text == "" {
+		return 0, "not a decimal u64 (cannot parse integer from empty string)"
+	}
+	for _, c := range []byte(digits) {
+		if c < '0' || c > '9' {
+			return 0, "not a decimal u64 (invalid digit found in string)"
+		}
+	}
+	v, err := strconv.ParseUint(digits, 10, 64)
+	if err != nil {
+		return 0, "not a decimal u64 (number too large to fit in target type)"
+	}
+	return v, ""
 }
 
 func parseRongCloud(text string) (U128, string) {
