@@ -156,7 +156,13 @@ func plaintext(t *testing.T, opts Options, seeds ...string) *Client {
 // eventually polls cond until it holds (a condition wait, not a sleep as synchronisation).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	until := time.Now().Add(10 * time.Second)
+	waitFor(t, what, 10*time.Second, cond)
+}
+
+// waitFor is eventually with a limit of its own (the live tests wait for a hand-over).
+func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
+	t.Helper()
+	until := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(until) {
 			t.Fatalf("timed out waiting for: %s", what)

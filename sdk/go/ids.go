@@ -125,6 +125,13 @@ func (c *Client) addresses() []string {
 	return addrs
 }
 
+// roundRobin is every AllocSvr known now, starting one further than the last call did.
+func (c *Client) roundRobin() []string {
+	all := c.addresses()
+	start := int(atomic.AddUint64(&c.cursor, 1) % uint64(len(all)))
+	return append(all[start:], all[:start]...)
+}
+
 // refreshRoutes asks every known AllocSvr for its route table (within timeout) and installs
 // the newer ones.
 func (c *Client) refreshRoutes(ctx context.Context, timeout time.Duration) {
@@ -252,12 +259,9 @@ func (c *Client) idCall(ctx context.Context, attempt func(context.Context, *peer
 	defer cancel()
 	b := StandardRetry.NewBackoff()
 	for {
-		addrs := c.addresses()
-		start := int(atomic.AddUint64(&c.cursor, 1) % uint64(len(addrs)))
 		var failures []string
 		var last *Error
-		for i := range addrs {
-			addr := addrs[(start+i)%len(addrs)]
+		for _, addr := range c.roundRobin() {
 			timeout := attemptTimeout(until)
 			if timeout <= 0 || ctx.Err() != nil {
 				break
@@ -354,9 +358,7 @@ func (c *Client) NextSessionIDs(ctx context.Context, scheme string, count uint32
 		if owner := c.sessionOwner(scheme, key); owner != "" && redirects < sessionRedirectsMax {
 			addrs = []string{owner}
 		} else {
-			all := c.addresses()
-			start := int(atomic.AddUint64(&c.cursor, 1) % uint64(len(all)))
-			addrs = append(all[start:], all[:start]...)
+			addrs = c.roundRobin()
 		}
 		var failures []string
 		lastCode := codes.Unavailable

@@ -215,7 +215,7 @@ func TestLiveConcurrentCallersAreStrictlyIncreasing(t *testing.T) {
 	stop := make(chan struct{})
 	wait := callers(c, uids, 32, stop, 5*time.Second)
 	var n int
-	eventually(t, "enough calls", func() bool { n = int(c.Stats().Calls); return n > 20_000 })
+	waitFor(t, "enough calls", time.Minute, func() bool { n = int(c.Stats().Calls); return n > 20_000 })
 	close(stop)
 	ops, errs := wait()
 	if len(errs) > 0 {
@@ -259,16 +259,16 @@ func TestLiveKillOfTheOwningAllocSvr(t *testing.T) {
 	}()
 	stop := make(chan struct{})
 	wait := callers(c, uids, 8, stop, 15*time.Second)
-	eventually(t, "calls before the kill", func() bool { return c.Stats().Calls > 2_000 })
+	waitFor(t, "calls before the kill", time.Minute, func() bool { return c.Stats().Calls > 2_000 })
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killedAt := time.Now()
 	t.Logf("killed %s (pid %d, owner of uid 42 at %s)", name, pid, owner)
 	// Resumed: the route table names another owner and calls complete there.
-	eventually(t, "a new owner", func() bool { a := ownerAddr(c.tableFor(42), 42); return a != "" && a != owner })
+	waitFor(t, "a new owner", time.Minute, func() bool { a := ownerAddr(c.tableFor(42), 42); return a != "" && a != owner })
 	after := c.Stats().Calls
-	eventually(t, "calls after the hand-over", func() bool { return c.Stats().Calls > after+2_000 })
+	waitFor(t, "calls after the hand-over", time.Minute, func() bool { return c.Stats().Calls > after+2_000 })
 	close(stop)
 	ops, errs := wait()
 	if len(errs) > 0 {

@@ -218,4 +218,3 @@ func (o Options) withPlaintext() Options {
 	o.TLS, o.Plaintext = nil, true
 	return o
 }
-
