@@ -61,7 +61,10 @@ if [ -n "$unformatted" ]; then
 fi
 go vet ./...
 
-echo ">> go test ./... (unit)"
+# The decode vectors are checked against the Rust decoder too when a seqctl is built.
+seqctl=${SEQSVR_SEQCTL:-${CARGO_TARGET_DIR:-$HOME/.cache/seqsvr/target}/release/seqctl}
+if [ -x "$seqctl" ]; then export SEQSVR_SEQCTL=$seqctl; else unset SEQSVR_SEQCTL; fi
+echo ">> go test ./... (unit; decode vectors against ${SEQSVR_SEQCTL:-no seqctl: not against Rust})"
 go test -count=1 ./...
 
 if [ $LIVE -eq 1 ]; then
