@@ -17,9 +17,12 @@
 //! - [`hostile`]: `seqcheck hostile`: one AllocSvr under hostile clients (streams that never
 //!   read, the largest id counts, oversized and malformed messages, stalled handshakes, store
 //!   registrations) while a good client runs: memory, liveness, the good client's errors (issue 30).
+//! - [`conformance`]: `seqcheck conformance`: the Rust SDK's runner of the SDK conformance
+//!   suite (`tests/conformance/`, driven by `scripts/conformance.sh` for every SDK).
 //! - [`lost_disk`]: the lost-disk interleaving (`DESIGN.md` §8) behind `seqcheck lost-disk`.
 
 pub mod cluster;
+pub mod conformance;
 pub mod history;
 pub mod hostile;
 pub mod http;

@@ -4,6 +4,7 @@
 //! Exit status: 0 = no violation, 1 = violations found, 2 = the run itself failed.
 
 use clap::{Parser, Subcommand};
+use seqsvr_check::conformance;
 use seqsvr_check::history::{check, read_jsonl, Report};
 use seqsvr_check::hostile::{self, HostileConfig};
 use seqsvr_check::lost_disk::{self, LostDiskConfig};
@@ -113,6 +114,12 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         attacks: Vec<String>,
     },
+    /// The Rust SDK's runner of the SDK conformance suite (tests/conformance/README.md;
+    /// scripts/conformance.sh drives it): `static` runs the cases, `load` the fault load.
+    Conformance {
+        #[command(subcommand)]
+        mode: ConformanceMode,
+    },
     /// Replay the lost-disk interleaving with real processes: a lagging member plus a member
     /// whose data dir was wiped must not elect a leader that lost a committed max_seq.
     /// Binaries come from SEQSVR_BIN_DIR (e.g. a teeth build), else next to seqcheck.
@@ -127,6 +134,27 @@ enum Command {
         /// Keep the cluster's data and logs (they are always kept on a violation or failure).
         #[arg(long)]
         keep: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConformanceMode {
+    /// Every case without "phase": "load"; exit 0 if all passed, 1 if one failed.
+    Static(conformance::RunnerArgs),
+    /// The fault load until OUT/stop exists.
+    Load(conformance::RunnerArgs),
+    /// One connection with this identity (a refused_connection case, in a process of its own):
+    /// exit 0 if it was refused, 1 if it was served.
+    Refused {
+        #[arg(long)]
+        cluster: PathBuf,
+        #[arg(long)]
+        cert: PathBuf,
+        #[arg(long)]
+        key: PathBuf,
+        /// Check the AllocSvrs' certificates against this prefix + the cluster's server name.
+        #[arg(long)]
+        server_name_prefix: Option<String>,
     },
 }
 
@@ -183,6 +211,46 @@ fn lost_disk_command(cfg: LostDiskConfig) -> ExitCode {
 }
 
 /// Runs `seqcheck hostile`; a panic in the harness (a wait that timed out) is "could not run".
+fn conformance_command(mode: ConformanceMode) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match mode {
+        ConformanceMode::Static(args) => match runtime.block_on(conformance::run_static(args)) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::from(1),
+            Err(e) => {
+                eprintln!("error: conformance static: {e:#}");
+                ExitCode::from(2)
+            }
+        },
+        ConformanceMode::Load(args) => match runtime.block_on(conformance::run_load(args)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: conformance load: {e:#}");
+                ExitCode::from(1)
+            }
+        },
+        ConformanceMode::Refused { cluster, cert, key, server_name_prefix } => {
+            let prefix = server_name_prefix.as_deref();
+            match runtime.block_on(conformance::run_refused(&cluster, &cert, &key, prefix)) {
+                Ok(how) => {
+                    println!("{how}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    println!("{e:#}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+    }
+}
+
 fn hostile_command(cfg: HostileConfig) -> ExitCode {
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -272,6 +340,7 @@ fn main() -> ExitCode {
         Command::Hostile { seconds, out, keep, attacks } => {
             hostile_command(HostileConfig { seconds, out_dir: out, keep, attacks })
         }
+        Command::Conformance { mode } => conformance_command(mode),
         Command::LostDisk { window_election_timeouts, no_repair, keep } => {
             lost_disk_command(LostDiskConfig { window_election_timeouts, repair: !no_repair, keep })
         }
