@@ -9,8 +9,9 @@
 #   scripts/conformance.sh --no-build-sdks  use the SDKs' last builds (their unit tests skipped)
 # The cluster is scripts/dev-cluster.sh's, in a directory of its own
 # (SEQSVR_CONFORMANCE_DIR, default $CARGO_TARGET_DIR/conformance), wiped at the start and
-# stopped at the end (by PID, also on failure). It has the dev cluster's fixed ports: stop a
-# running dev cluster first (the script refuses to start over one).
+# stopped at the end (by PID, also on failure), with its ports moved by 1000
+# (SEQSVR_CONFORMANCE_PORT_OFFSET; stores 8101-8113, allocs 8201-8212): a dev cluster
+# (scripts/dev-cluster.sh up) may run beside it.
 # Output: $SEQSVR_CONFORMANCE_DIR/out/<sdk>/{static,load}/ (results.jsonl, histories, logs).
 # Exit 0 only if every case of every SDK passed and every history passed `seqcheck check`.
 set -euo pipefail
@@ -32,13 +33,16 @@ DEV=$BASE/dev
 OUT=$BASE/out
 CASES=$SEQSVR_ROOT/tests/conformance/cases.json
 export SEQSVR_DEV_DIR=$DEV
+export SEQSVR_DEV_PORT_OFFSET=${SEQSVR_CONFORMANCE_PORT_OFFSET:-1000}
+OFFSET=$SEQSVR_DEV_PORT_OFFSET
 CLUSTER=$DEV/cluster.toml
 CERTS=$DEV/certs
 
-for port in 7101 7201 7202 7211 7212; do
+for port in 7101 7102 7103 7111 7112 7113 7201 7202 7211 7212; do
+  port=$((port + OFFSET))
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-    echo "error: 127.0.0.1:$port is in use (a dev cluster?): the suite needs the dev cluster's" \
-      "ports; stop it first (scripts/dev-cluster.sh down)" >&2
+    echo "error: 127.0.0.1:$port is in use: the suite's cluster needs the ports 7101-7212 +" \
+      "$OFFSET (choose others with SEQSVR_CONFORMANCE_PORT_OFFSET)" >&2
     exit 2
   fi
 done
@@ -123,8 +127,8 @@ for s in json.load(sys.stdin):
             print(e["alloc_id"], e["addr"]); sys.exit(0)
 sys.exit("no owner of section 0 of set 0 in the route table")'
 }
-# 127.0.0.1:72SI → alloc-S-I (scripts/dev-cluster.sh's names).
-name_of() { local port=${1##*:}; echo "alloc-${port:2:1}-${port:3:1}"; }
+# 127.0.0.1:(72SI + offset) → alloc-S-I (scripts/dev-cluster.sh's names).
+name_of() { local port=$((${1##*:} - OFFSET)); echo "alloc-${port:2:1}-${port:3:1}"; }
 
 check_history() { # FILE WHAT
   if ! "$SEQCHECK" check "$1" >"$1.check" 2>&1; then

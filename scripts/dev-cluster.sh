@@ -10,6 +10,10 @@
 # Data, logs, PID files, the cluster config it used and its development PKI (mutual TLS on every
 # plane, made once by `seqctl certs init`) live under data/local/.
 # SEQSVR_DEV_DIR puts all of that elsewhere (default data/local; same ports, so one at a time).
+# SEQSVR_DEV_PORT_OFFSET=N adds N to every port (stores 7101-7113, allocs 7201-7212, probes
+# 27201-27212): a second cluster beside the first, in another SEQSVR_DEV_DIR (the cluster file
+# is written with the shifted ports when the directory is first used; scripts/conformance.sh
+# runs its cluster at offset 1000).
 # A binary at <dir>/bin/NAME/storesvr (or allocsvr) runs for process NAME instead of the build's:
 # a rolling upgrade by hand, or scripts/upgrade-check.sh, which mixes an older release in. With
 # a file <dir>/bin/NAME/cluster-without-node, process NAME gets the cluster file without the
@@ -27,6 +31,10 @@ LOCAL=${SEQSVR_DEV_DIR:-$SEQSVR_ROOT/data/local}
 SHOWN=${LOCAL#"$SEQSVR_ROOT"/} # for messages: data/local unless SEQSVR_DEV_DIR says otherwise
 CERTS=$LOCAL/certs
 INSECURE=${SEQSVR_DEV_INSECURE:-0}
+OFFSET=${SEQSVR_DEV_PORT_OFFSET:-0}
+case $OFFSET in '' | *[!0-9]*) echo "error: SEQSVR_DEV_PORT_OFFSET=$OFFSET: give a number" >&2; exit 2 ;; esac
+if [ "$OFFSET" -gt 20000 ]; then echo "error: SEQSVR_DEV_PORT_OFFSET above 20000" >&2; exit 2; fi
+port() { echo $(($1 + OFFSET)); } # a dev cluster port (7101...) at this offset
 if [ "$INSECURE" = 1 ]; then
   CONFIG=$LOCAL/cluster-insecure.toml
   tls_flags() { echo --insecure; }
@@ -42,7 +50,7 @@ for set in 0 1; do
   done
   for i in 1 2; do
     # --probe-addr: /healthz and /readyz without a client certificate, plaintext, at port + 20000.
-    PROCS[alloc-$set-$i]="allocsvr --config $CONFIG --set-id $set --addr 127.0.0.1:72$set$i --probe-addr 127.0.0.1:272$set$i $(tls_flags alloc-$set-$i)"
+    PROCS[alloc-$set-$i]="allocsvr --config $CONFIG --set-id $set --addr 127.0.0.1:$(port 72$set$i) --probe-addr 127.0.0.1:$(port 272$set$i) $(tls_flags alloc-$set-$i)"
   done
 done
 NAMES=$(printf '%s\n' "${!PROCS[@]}" | sort)
@@ -71,7 +79,7 @@ seqctl() {
 # The section's paths are relative to data/local/ (the cluster file's directory).
 ensure_pki() {
   if [ "$INSECURE" = 1 ]; then
-    [ -f "$CONFIG" ] || cp config/cluster.toml "$CONFIG"
+    [ -f "$CONFIG" ] || cluster_file_at_offset >"$CONFIG"
     echo ">> INSECURE: plaintext, no role checks (SEQSVR_DEV_INSECURE=1)"
     return
   fi
@@ -86,11 +94,26 @@ ensure_pki() {
   fi
 }
 
+# config/cluster.toml with every 127.0.0.1:7xxx address moved by the port offset.
+cluster_file_at_offset() {
+  if [ "$OFFSET" -eq 0 ]; then cat config/cluster.toml; return; fi
+  local line rest out
+  while IFS= read -r line || [ -n "$line" ]; do
+    out=
+    while [[ $line =~ 127\.0\.0\.1:(7[0-9]{3})(.*)$ ]]; do
+      rest=${BASH_REMATCH[2]}
+      out+=${line%"${BASH_REMATCH[0]}"}127.0.0.1:$(port "${BASH_REMATCH[1]}")
+      line=$rest
+    done
+    printf '%s\n' "$out$line"
+  done <config/cluster.toml
+}
+
 up() {
   ensure_build_deps
   build_release_bins
   mkdir -p "$LOCAL/pids" "$LOCAL/logs"
-  [ -f "$LOCAL/cluster.toml" ] || cp config/cluster.toml "$LOCAL/cluster.toml"
+  [ -f "$LOCAL/cluster.toml" ] || cluster_file_at_offset >"$LOCAL/cluster.toml"
   ensure_pki
   # Explicit bootstrap: the sets are created once (state `new`, marked by data/local/created);
   # every later start says `existing`, so a store whose data dir went missing comes back as an
@@ -114,8 +137,8 @@ up() {
       cat <<MSG
 
 The local cluster serves: 2 sets, each 3 StoreSvrs + 2 AllocSvrs on 127.0.0.1 (data in $SHOWN/).
-  set 0: uids [0, 2147500000)          stores :7101-7103, allocs :7201-7202
-  set 1: uids [2147500000, 4294900000) stores :7111-7113, allocs :7211-7212
+  set 0: uids [0, 2147500000)          stores :$(port 7101)-$(port 7103), allocs :$(port 7201)-$(port 7202)
+  set 1: uids [2147500000, 4294900000) stores :$(port 7111)-$(port 7113), allocs :$(port 7211)-$(port 7212)
 Every plane is mutual TLS (certificates in $SHOWN/certs/). Talk to it as the admin:
   export SEQSVR_TLS_CERT=$SHOWN/certs/admin.pem SEQSVR_TLS_KEY=$SHOWN/certs/admin.key
   $SEQSVR_BIN/seqctl --config $SHOWN/cluster.toml next 42 42 2147500042
@@ -126,7 +149,7 @@ Every plane is mutual TLS (certificates in $SHOWN/certs/). Talk to it as the adm
 As an application (grpcurl; the AllocSvrs' certificates chain to the cluster CA):
   grpcurl -cacert $SHOWN/certs/cluster-ca.pem -cert $SHOWN/certs/client.pem
     -key $SHOWN/certs/client.key -authority alloc.seqsvr -d '{"uid": 42}'
-    127.0.0.1:7201 seqsvr.v1.SeqService/Next
+    127.0.0.1:$(port 7201) seqsvr.v1.SeqService/Next
 Stop it with: scripts/dev-cluster.sh down
 MSG
       return 0
@@ -192,8 +215,8 @@ addr_of() {
   local kind set i
   IFS=- read -r kind set i <<<"$1"
   case $kind in
-    store) echo "127.0.0.1:71$set$i" ;;
-    alloc) echo "127.0.0.1:72$set$i" ;;
+    store) echo "127.0.0.1:$(port 71$set$i)" ;;
+    alloc) echo "127.0.0.1:$(port 72$set$i)" ;;
   esac
 }
 
