@@ -2,7 +2,9 @@
 # Builds and tests the Go SDK offline, from Debian's packages only (no Go module proxy):
 #   sdk/go/build.sh          install what is missing, generate the stubs from proto/, gofmt,
 #                            go vet, go test ./... (unit tests: in-process fake AllocSvrs,
-#                            the decode vectors of tests/conformance/decode-vectors.json)
+#                            the decode vectors of tests/conformance/decode-vectors.json),
+#                            and builds the conformance runner (sdk/go/conformance) into
+#                            $SEQSVR_GO_WORK/bin/seqsvr-go-conformance (the path is printed)
 #   sdk/go/build.sh --live   the same, then `scripts/dev-cluster.sh up` and the live tests
 #                            against it (the README example as printed, concurrent callers
 #                            strictly increasing per uid, a kill -9 of the owning AllocSvr),
@@ -66,6 +68,11 @@ seqctl=${SEQSVR_SEQCTL:-${CARGO_TARGET_DIR:-$HOME/.cache/seqsvr/target}/release/
 if [ -x "$seqctl" ]; then export SEQSVR_SEQCTL=$seqctl; else unset SEQSVR_SEQCTL; fi
 echo ">> go test ./... (unit; decode vectors against ${SEQSVR_SEQCTL:-no seqctl: not against Rust})"
 go test -count=1 ./...
+
+# The conformance runner (tests/conformance/README.md; scripts/conformance.sh runs it).
+mkdir -p "$WORK/bin"
+go build -o "$WORK/bin/seqsvr-go-conformance" $IMPORT/conformance
+echo ">> conformance runner: $WORK/bin/seqsvr-go-conformance"
 
 if [ $LIVE -eq 1 ]; then
   DEV=${SEQSVR_DEV_DIR:-$ROOT/data/local}
