@@ -28,14 +28,14 @@ as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
 # Debian's packages: the compiler, protoc and its two Go plugins, gRPC, protobuf (APIv2 and
 # the 1.5 APIv1 shim gRPC 1.33 encodes with: the 1.3 one cannot marshal APIv2 messages) and
-# the TOML reader.
+# the TOML reader; redigo for examples/bench's Redis mode.
 need=()
 command -v go >/dev/null 2>&1 || need+=(golang-go)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 command -v protoc-gen-go >/dev/null 2>&1 || need+=(protoc-gen-go)
 command -v protoc-gen-go-grpc >/dev/null 2>&1 || need+=(protoc-gen-go-grpc)
 for pkg in golang-google-grpc-dev golang-google-protobuf-dev golang-github-golang-protobuf-1-5-dev \
-  golang-github-burntsushi-toml-dev; do
+  golang-github-burntsushi-toml-dev golang-github-gomodule-redigo-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
