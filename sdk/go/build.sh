@@ -4,7 +4,8 @@
 #                            go vet, go test ./... (unit tests: in-process fake AllocSvrs,
 #                            the decode vectors of tests/conformance/decode-vectors.json),
 #                            and builds the conformance runner (sdk/go/conformance) into
-#                            $SEQSVR_GO_WORK/bin/seqsvr-go-conformance (the path is printed)
+#                            $SEQSVR_GO_WORK/bin/seqsvr-go-conformance and the bench driver
+#                            (examples/bench) into .../bin/seqsvr-go-bench (paths printed)
 #   sdk/go/build.sh --live   the same, then `scripts/dev-cluster.sh up` and the live tests
 #                            against it (the README example as printed, concurrent callers
 #                            strictly increasing per uid, a kill -9 of the owning AllocSvr),
@@ -73,6 +74,8 @@ go test -count=1 ./...
 mkdir -p "$WORK/bin"
 go build -o "$WORK/bin/seqsvr-go-conformance" $IMPORT/conformance
 echo ">> conformance runner: $WORK/bin/seqsvr-go-conformance"
+go build -o "$WORK/bin/seqsvr-go-bench" $IMPORT/examples/bench
+echo ">> bench driver (examples/bench): $WORK/bin/seqsvr-go-bench"
 
 if [ $LIVE -eq 1 ]; then
   DEV=${SEQSVR_DEV_DIR:-$ROOT/data/local}
