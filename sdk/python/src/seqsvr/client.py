@@ -511,6 +511,8 @@ class AsyncClient:
         b = STANDARD_RETRY.new_backoff()
         last: Optional[SeqsvrError] = None
         while True:
+            if self._closed:
+                raise Cancelled(C.CANCELLED, "the client is closed")
             try:
                 p, version = await self._locate(uid, until)
             except SeqsvrError as e:
@@ -730,10 +732,10 @@ class AsyncClient:
         until = max(c.until for c in batch)
         version = min(c.version for c in batch)
 
-        def answer_all(err: BaseException) -> None:
+        def answer_all(err: SeqsvrError) -> None:
             for c in batch:
                 if not c.fut.done():
-                    c.fut.set_exception(err)
+                    c.fut.set_exception(err.copy())
 
         timeout = until - time.monotonic()
         if timeout <= 0:

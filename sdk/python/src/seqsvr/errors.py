@@ -88,6 +88,11 @@ class SeqsvrError(Exception):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.code.name}, {self.message!r})"
 
+    def copy(self) -> "SeqsvrError":
+        """The same error as a new exception object (one per caller that raises it)."""
+        return type(self)(self.code, self.message, self.hint, route_table=self.route_table,
+                          session_uid=self.session_uid, from_server=self.from_server)
+
     @property
     def is_not_owner(self) -> bool:
         """Whether this is a NOT_OWNER answer (FAILED_PRECONDITION, message prefix NOT_OWNER)."""
