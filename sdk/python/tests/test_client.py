@@ -387,3 +387,32 @@ async def test_session_ids_go_to_the_owner_named_by_not_owner(fakes, plaintext):
     assert a.calls["NextIds"] <= 1, "after the first answer the owner is asked directly"
     with pytest.raises(seqsvr.InvalidArgument):
         await c.next_session_ids("rongcloud", 1, seqsvr.Session(type=16, id="x"))
+
+
+@pytest.mark.parametrize("coalescing", [True, False])
+async def test_a_hung_alloc_ends_the_call_by_its_deadline(fakes, plaintext, coalescing):
+    (f,) = await fakes(1)
+    f.table = table(0, 1, (0, 100, f.addr))
+    hang = asyncio.Event()
+
+    async def never(r, context):
+        await hang.wait()
+
+    f.next = f.next_batch = never
+    c = await plaintext(f.addr, coalescing=coalescing)
+    start = time.monotonic()
+    with pytest.raises(seqsvr.DeadlineExceeded) as info:
+        await c.next(3, timeout=0.5)
+    assert time.monotonic() - start < 0.5 + 0.1, "the attempt is bounded by what is left of the call"
+    assert info.value.hint
+    hang.set()
+
+
+async def test_a_closed_client_refuses_calls(fakes, plaintext):
+    (f,) = await fakes(1)
+    serving(f, Counter(), table(0, 1, (0, 100, f.addr)))
+    c = await plaintext(f.addr)
+    assert await c.next(1) == 1
+    await c.close()
+    with pytest.raises(seqsvr.Cancelled):
+        await c.next(1)
