@@ -416,3 +416,34 @@ async def test_a_closed_client_refuses_calls(fakes, plaintext):
     await c.close()
     with pytest.raises(seqsvr.Cancelled):
         await c.next(1)
+
+
+async def test_calls_resume_at_the_new_owner_after_the_owner_dies(fakes, plaintext):
+    """The owner stops answering (its server is gone): calls fail over to the AllocSvr the
+    newer table names, learnt by a route refresh, and every caller's values keep increasing."""
+    a, b = await fakes(2)
+    counter = Counter()
+    serving(a, counter, table(0, 1, (0, 100, a.addr)))
+    b.table = table(0, 1, (0, 100, a.addr))
+    c = await plaintext(a.addr, b.addr)
+    stop = asyncio.Event()
+    seen = {}
+
+    async def caller(n):
+        last = 0
+        while not stop.is_set():
+            v = await c.next(5 + n % 2, timeout=5)
+            assert v > last
+            last = v
+            seen[n] = seen.get(n, 0) + 1
+
+    tasks = [asyncio.ensure_future(caller(n)) for n in range(4)]
+    await eventually(lambda: sum(seen.values()) > 50, "calls at the first owner")
+    await a.stop()  # the owner is gone; b takes over with a newer table
+    serving(b, counter, table(0, 2, (0, 100, b.addr)))
+    before = sum(seen.values())
+    await eventually(lambda: b.calls["NextBatch"] + b.calls["Next"] > 20 and sum(seen.values()) > before + 50,
+                     "calls resumed at the new owner")
+    stop.set()
+    await asyncio.gather(*tasks)
+    assert c.route_tables()[0].version == 2 and c.stats().retries > 0
