@@ -2,7 +2,10 @@
 # Builds and tests the Go SDK offline, from Debian's packages only (no Go module proxy):
 #   sdk/go/build.sh          install what is missing, generate the stubs from proto/, gofmt,
 #                            go vet, go test ./... (unit tests: in-process fake AllocSvrs,
-#                            the decode vectors of tests/conformance/decode-vectors.json)
+#                            the decode vectors of tests/conformance/decode-vectors.json),
+#                            and builds the conformance runner (sdk/go/conformance) into
+#                            $SEQSVR_GO_WORK/bin/seqsvr-go-conformance and the bench driver
+#                            (examples/bench) into .../bin/seqsvr-go-bench (paths printed)
 #   sdk/go/build.sh --live   the same, then `scripts/dev-cluster.sh up` and the live tests
 #                            against it (the README example as printed, concurrent callers
 #                            strictly increasing per uid, a kill -9 of the owning AllocSvr),
@@ -26,14 +29,14 @@ as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
 # Debian's packages: the compiler, protoc and its two Go plugins, gRPC, protobuf (APIv2 and
 # the 1.5 APIv1 shim gRPC 1.33 encodes with: the 1.3 one cannot marshal APIv2 messages) and
-# the TOML reader.
+# the TOML reader; redigo for examples/bench's Redis mode.
 need=()
 command -v go >/dev/null 2>&1 || need+=(golang-go)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 command -v protoc-gen-go >/dev/null 2>&1 || need+=(protoc-gen-go)
 command -v protoc-gen-go-grpc >/dev/null 2>&1 || need+=(protoc-gen-go-grpc)
 for pkg in golang-google-grpc-dev golang-google-protobuf-dev golang-github-golang-protobuf-1-5-dev \
-  golang-github-burntsushi-toml-dev; do
+  golang-github-burntsushi-toml-dev golang-github-gomodule-redigo-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -66,6 +69,13 @@ seqctl=${SEQSVR_SEQCTL:-${CARGO_TARGET_DIR:-$HOME/.cache/seqsvr/target}/release/
 if [ -x "$seqctl" ]; then export SEQSVR_SEQCTL=$seqctl; else unset SEQSVR_SEQCTL; fi
 echo ">> go test ./... (unit; decode vectors against ${SEQSVR_SEQCTL:-no seqctl: not against Rust})"
 go test -count=1 ./...
+
+# The conformance runner (tests/conformance/README.md; scripts/conformance.sh runs it).
+mkdir -p "$WORK/bin"
+go build -o "$WORK/bin/seqsvr-go-conformance" $IMPORT/conformance
+echo ">> conformance runner: $WORK/bin/seqsvr-go-conformance"
+go build -o "$WORK/bin/seqsvr-go-bench" $IMPORT/examples/bench
+echo ">> bench driver (examples/bench): $WORK/bin/seqsvr-go-bench"
 
 if [ $LIVE -eq 1 ]; then
   DEV=${SEQSVR_DEV_DIR:-$ROOT/data/local}
