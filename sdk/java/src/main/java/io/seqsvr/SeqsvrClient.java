@@ -765,7 +765,7 @@ public final class SeqsvrClient implements AutoCloseable {
   // ---- nextBatch ----
 
   /** The uids of a batch still to be answered that go to one AllocSvr. */
-  private static final class Group {
+  static final class Group {
     final String addr;
     long version;
     final List<Integer> idx = new ArrayList<>();

@@ -14,8 +14,8 @@ import org.junit.runner.notification.RunListener;
  */
 public final class AllTests {
   static final Class<?>[] UNIT = {
-    TomlTest.class, DecodeVectorsTest.class, RetryPolicyTest.class, RoutingTest.class,
-    CoalescingTest.class, IdsTest.class, TlsTest.class, RunnerTest.class,
+    DecodeVectorsTest.class, RetryPolicyTest.class, RoutingTest.class, CoalescingTest.class,
+    IdsTest.class, TlsTest.class,
   };
 
   public static void main(String[] args) {
