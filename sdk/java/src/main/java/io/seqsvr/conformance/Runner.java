@@ -210,13 +210,13 @@ public final class Runner {
   }
 
   /** One ok value of one uid (for the in-process real-time check). */
-  static final class Point {
+  public static final class Point {
     final long value;
     final long invoke;
     final long complete;
     final int client;
 
-    Point(long value, long invoke, long complete, int client) {
+    public Point(long value, long invoke, long complete, int client) {
       this.value = value;
       this.invoke = invoke;
       this.complete = complete;
@@ -228,7 +228,7 @@ public final class Runner {
    * Invariant I1 as seqcheck checks it, per uid: every value distinct, and a call invoked after
    * another completed got a higher value. The first violation, or null.
    */
-  static String checkRealTime(Map<Long, List<Point>> byUid) {
+  public static String checkRealTime(Map<Long, List<Point>> byUid) {
     for (Map.Entry<Long, List<Point>> e : new TreeMap<>(byUid).entrySet()) {
       long uid = e.getKey();
       List<Point> list = e.getValue();
