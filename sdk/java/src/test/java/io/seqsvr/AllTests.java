@@ -15,7 +15,7 @@ import org.junit.runner.notification.RunListener;
 public final class AllTests {
   static final Class<?>[] UNIT = {
     DecodeVectorsTest.class, RetryPolicyTest.class, RoutingTest.class, CoalescingTest.class,
-    IdsTest.class, TlsTest.class,
+    IdsTest.class, TlsTest.class, RunnerTest.class,
   };
 
   public static void main(String[] args) {

@@ -133,15 +133,15 @@ public final class Runner {
   // ---- histories ----
 
   /** One case's history file, a line written and flushed as each call completes. */
-  static final class History implements AutoCloseable {
+  public static final class History implements AutoCloseable {
     private final OutputStream f;
     private IOException error;
 
-    History(Path path) throws IOException {
+    public History(Path path) throws IOException {
       f = Files.newOutputStream(path);
     }
 
-    synchronized void record(int client, long set, long[] uids, long invokeNs, long completeNs,
+    public synchronized void record(int client, long set, long[] uids, long invokeNs, long completeNs,
         JsonObject outcome) {
       JsonObject op = new JsonObject();
       op.addProperty("client", client);
@@ -187,7 +187,7 @@ public final class Runner {
    * INVALID_ARGUMENT and NOT_FOUND (never applied), unknown for every other error (it may have
    * been applied), malformed for another number of values than uids.
    */
-  static JsonObject outcomeOf(long[] uids, long[] values, SeqsvrException err) {
+  public static JsonObject outcomeOf(long[] uids, long[] values, SeqsvrException err) {
     JsonObject o = new JsonObject();
     if (err == null) {
       if (values.length != uids.length) {
@@ -872,7 +872,7 @@ public final class Runner {
   }
 
   /** The runner; its value is the exit code. */
-  static int run(String[] args, PrintStream err) {
+  public static int run(String[] args, PrintStream err) {
     if (args.length == 0 || (!args[0].equals("static") && !args[0].equals("load"))) {
       usage(err);
       return 2;
