@@ -83,6 +83,11 @@ echo ">> jar: build/seqsvr-java.jar"
 (cd "$OUT/classes" && jar --create --file "$OUT/seqsvr-java.jar" .)
 echo "$OUT/seqsvr-java.jar:$CP" >"$OUT/classpath"
 
+echo ">> javadoc (the public API: build/javadoc)"
+javadoc -quiet -Xdoclint:all,-missing -d "$OUT/javadoc" -cp "$CP" \
+  -sourcepath "$SDK/src/main/java:$OUT/gen" io.seqsvr io.seqsvr.conformance >"$OUT/javadoc.log" 2>&1 ||
+  { cat "$OUT/javadoc.log" >&2; echo "error: javadoc failed" >&2; exit 1; }
+
 echo ">> javac (tests)"
 find "$SDK/src/test/java" -name '*.java' >"$OUT/test-sources"
 javac -nowarn -encoding UTF-8 --release 17 -d "$OUT/test-classes" -cp "$OUT/classes:$TEST_CP" @"$OUT/test-sources" \

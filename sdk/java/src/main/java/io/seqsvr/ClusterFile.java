@@ -22,11 +22,16 @@ import java.util.Map;
 public final class ClusterFile {
   /** One {@code [[sets]]} table: a set's uid range [uidBegin, uidEnd) and its AllocSvrs. */
   public static final class SetConfig {
+    /** The set's id. */
     public final long id;
+    /** The first uid of the set. */
     public final long uidBegin;
+    /** The uid after the set's last (exclusive). */
     public final long uidEnd;
+    /** The set's AllocSvrs (host:port), the seeds. */
     public final List<String> allocs;
 
+    /** A set as the file writes it. */
     public SetConfig(long id, long uidBegin, long uidEnd, List<String> allocs) {
       this.id = id;
       this.uidBegin = uidBegin;
@@ -49,6 +54,7 @@ public final class ClusterFile {
      * client checks them against the store plane's bundle), as written in the file.
      */
     public final String storeCa;
+    /** The CA bundle of the client plane, as written (not used by the SDK). */
     public final String clientCa;
 
     TlsSection(String serverName, String storeCa, String clientCa) {
@@ -65,6 +71,7 @@ public final class ClusterFile {
     /** {@code [ids.schemes.NAME]}, by name, in file order. */
     public final Map<String, SchemeConfig> schemes;
 
+    /** The table as the file writes it. */
     public IdsConfig(long maxCount, Map<String, SchemeConfig> schemes) {
       this.maxCount = maxCount;
       this.schemes = Collections.unmodifiableMap(new LinkedHashMap<>(schemes));
@@ -77,8 +84,10 @@ public final class ClusterFile {
     public final LayoutSpec spec;
     /** rongcloud's session uid range, null where not written (default [0, 2^26)). */
     public final Long sessionUidBegin;
+    /** The end (exclusive) of rongcloud's session uid range, null where not written. */
     public final Long sessionUidEnd;
 
+    /** A scheme as the file writes it. */
     public SchemeConfig(LayoutSpec spec, Long sessionUidBegin, Long sessionUidEnd) {
       this.spec = spec;
       this.sessionUidBegin = sessionUidBegin;

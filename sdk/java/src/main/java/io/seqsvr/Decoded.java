@@ -12,8 +12,9 @@ public final class Decoded {
   public final Layout.Fields fields;
   /** The layout's time unit, "ms" or "s". */
   public final String unit;
-  /** The Unix ms the id's time unit starts at; timeRfc3339 the same as text. */
+  /** The Unix ms the id's time unit starts at. */
   public final long unixMs;
+  /** unixMs as RFC 3339 text, e.g. 2024-11-20T21:24:16.000Z. */
   public final String timeRfc3339;
   /**
    * The worker id the id carries (uuidv7: the top 16 bits of rand_b); null for rongcloud, which

@@ -52,7 +52,7 @@ public final class U128 implements Comparable<U128> {
     return hi == 0 && lo == 0;
   }
 
-  /** this >>> n. */
+  /** this {@code >>>} n. */
   public U128 shr(int n) {
     if (n == 0) {
       return this;
@@ -66,7 +66,7 @@ public final class U128 implements Comparable<U128> {
     return new U128(hi >>> n, lo >>> n | hi << (64 - n));
   }
 
-  /** this << n. */
+  /** this {@code <<} n. */
   public U128 shl(int n) {
     if (n == 0) {
       return this;
