@@ -202,8 +202,9 @@ public final class SeqsvrException extends RuntimeException {
     }
     if (status.getCause() != null) {
       // A failure the client's transport saw (the server's answers carry no cause).
-      description = description.isEmpty() ? String.valueOf(status.getCause())
-          : description + ": " + status.getCause();
+      String cause = String.valueOf(status.getCause()).replaceAll("\\s*\\n\\s*", " ");
+      description = description.replaceAll("\\s*\\n\\s*", " ");
+      description = description.isEmpty() ? cause : description + ": " + cause;
     }
     return new SeqsvrException(status.getCode(), description, "", status, table, sessionUid,
         status.getCause());
