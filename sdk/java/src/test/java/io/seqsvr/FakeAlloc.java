@@ -62,6 +62,11 @@ final class FakeAlloc implements AutoCloseable {
   }
 
   FakeAlloc(SslContext tls) throws Exception {
+    this(tls, 0);
+  }
+
+  /** On a given port (0: any), e.g. to start an AllocSvr again where it was. */
+  FakeAlloc(SslContext tls, int port) throws Exception {
     ServerInterceptor counting = new ServerInterceptor() {
       @Override
       public <Q, R> ServerCall.Listener<Q> interceptCall(ServerCall<Q, R> call, Metadata headers,
@@ -74,7 +79,7 @@ final class FakeAlloc implements AutoCloseable {
         return next.startCall(call, headers);
       }
     };
-    NettyServerBuilder b = NettyServerBuilder.forAddress(new InetSocketAddress("127.0.0.1", 0))
+    NettyServerBuilder b = NettyServerBuilder.forAddress(new InetSocketAddress("127.0.0.1", port))
         .addService(ServerInterceptors.intercept(new Seq(), counting))
         .addService(ServerInterceptors.intercept(new IdsImpl(), counting));
     if (tls != null) {

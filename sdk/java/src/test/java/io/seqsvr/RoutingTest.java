@@ -296,4 +296,54 @@ public class RoutingTest {
       assertEquals(Status.Code.UNAVAILABLE, e.getCode());
     }
   }
+
+  /**
+   * The owner dies (its port refuses connections) and the section is handed over: the call
+   * backs off, learns the new table from a seed and succeeds at the new owner within its
+   * deadline.
+   */
+  @Test
+  public void aKilledOwnerIsLeftForTheNewOne() throws Exception {
+    try (FakeAlloc b = new FakeAlloc()) {
+      FakeAlloc a = new FakeAlloc();
+      a.table = table(0, 1, 0, 100, a.addr);
+      b.table = a.table;
+      a.next = req -> NextResponse.newBuilder().setSeq(1).build();
+      b.next = req -> NextResponse.newBuilder().setSeq(2).build();
+      try (SeqsvrClient c = plaintext(ClientOptions.builder().disableCoalescing(true), a.addr,
+          b.addr)) {
+        assertEquals(1, c.next(5));
+        a.close(); // a kill: connections refused from now on
+        b.table = table(0, 2, 0, 100, b.addr); // the hand-over
+        assertEquals(2, c.next(5, Duration.ofSeconds(5)));
+        assertEquals(2, c.routeTables().get(0).getVersion());
+        assertTrue(c.stats().retries >= 1);
+      }
+    }
+  }
+
+  /**
+   * The owner dies and comes back on the same address with no hand-over: the client reconnects
+   * at once (its channel's reconnect back-off is reset on UNAVAILABLE) and the call succeeds
+   * within its deadline.
+   */
+  @Test
+  public void aRestartedOwnerIsReconnectedAtOnce() throws Exception {
+    FakeAlloc a = new FakeAlloc();
+    int port = a.server.getPort();
+    a.table = table(0, 1, 0, 100, a.addr);
+    a.next = req -> NextResponse.newBuilder().setSeq(1).build();
+    try (SeqsvrClient c = plaintext(ClientOptions.builder().disableCoalescing(true), a.addr)) {
+      assertEquals(1, c.next(5));
+      a.close();
+      // Calls meanwhile fail UNAVAILABLE (retried until their deadline).
+      assertEquals(Status.Code.UNAVAILABLE,
+          thrown(() -> c.next(5, Duration.ofMillis(6000))).getCode());
+      try (FakeAlloc again = new FakeAlloc(null, port)) {
+        again.table = a.table;
+        again.next = req -> NextResponse.newBuilder().setSeq(7).build();
+        assertEquals(7, c.next(5, Duration.ofMillis(1500)));
+      }
+    }
+  }
 }
