@@ -2,6 +2,7 @@ package io.seqsvr;
 
 import com.google.common.util.concurrent.ListenableFuture;
 import com.google.common.util.concurrent.MoreExecutors;
+import io.grpc.Context;
 import io.grpc.Status;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
@@ -148,7 +149,14 @@ final class Coalescer {
     }
     ListenableFuture<NextBatchResponse> f;
     try {
-      f = SeqsvrClient.rpc(peer, SeqServiceGrpc.getNextBatchMethod(), req.build(), timeout);
+      // Under the root Context: the batch carries many callers, so it must not inherit the
+      // deadline or cancellation of whichever caller's thread happens to send it.
+      Context previous = Context.ROOT.attach();
+      try {
+        f = SeqsvrClient.rpc(peer, SeqServiceGrpc.getNextBatchMethod(), req.build(), timeout);
+      } finally {
+        Context.ROOT.detach(previous);
+      }
     } catch (RuntimeException e) {
       failAll(batch, SeqsvrException.fromRpc(e));
       release();

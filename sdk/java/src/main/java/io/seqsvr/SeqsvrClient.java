@@ -68,8 +68,8 @@ import seqsvr.v1.SeqServiceGrpc;
  * timeout or {@link Deadline} given to the call, else the current gRPC {@link Context}'s
  * deadline, else {@link ClientOptions.Builder#defaultTimeout} (5 s). A back-off is slept only
  * if the deadline leaves room for it and another attempt. Every other code, RESOURCE_EXHAUSTED
- * included, is thrown at once. An interrupt of the calling thread ends the call with CANCELLED
- * (the thread's interrupt flag stays set).
+ * included, is thrown at once. An interrupt of the calling thread, or a cancel of its gRPC
+ * Context, ends the call with CANCELLED (the thread's interrupt flag stays set).
  *
  * <p>Coalescing: concurrent {@code next} calls bound for one AllocSvr ride one NextBatch RPC
  * (independent entries, in queue order), at most maxInFlight (2) RPCs per AllocSvr at a time and
@@ -304,8 +304,16 @@ public final class SeqsvrClient implements AutoCloseable {
     return Math.min(until - System.nanoTime(), ATTEMPT_TIMEOUT_MAX_NANOS);
   }
 
+  /**
+   * Whether the caller gave up: its thread was interrupted, or its gRPC Context was cancelled
+   * (a Context whose deadline passed is the deadline, not a cancel).
+   */
   private static boolean interrupted() {
-    return Thread.currentThread().isInterrupted();
+    if (Thread.currentThread().isInterrupted()) {
+      return true;
+    }
+    Context c = Context.current();
+    return c.isCancelled() && !(c.getDeadline() != null && c.getDeadline().isExpired());
   }
 
   /** The error of a call whose time ran out or whose thread was interrupted. */

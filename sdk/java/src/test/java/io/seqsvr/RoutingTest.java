@@ -158,6 +158,17 @@ public class RoutingTest {
         t.join(10_000);
         assertEquals(Status.Code.CANCELLED, got.get().getCode());
         assertTrue("the interrupt flag is kept", flag.get());
+
+        // So does a cancel of the caller's gRPC Context.
+        Context.CancellableContext ctx = Context.current().withCancellation();
+        int then = f.calls("Next");
+        Thread u = new Thread(() -> ctx.run(
+            () -> got.set(thrown(() -> c.next(7, Duration.ofSeconds(20))))));
+        u.start();
+        FakeAlloc.eventually("attempts", () -> f.calls("Next") > then);
+        ctx.cancel(null);
+        u.join(10_000);
+        assertEquals(Status.Code.CANCELLED, got.get().getCode());
       }
     }
   }
