@@ -77,6 +77,33 @@ public class TlsTest {
     }
   }
 
+  /**
+   * A rotated identity is picked up at the next handshake: the key manager reads the files again
+   * once they changed; a half-done rotation (a certificate that does not parse) keeps the old.
+   */
+  @Test
+  public void aRotatedCertificateIsReadAgain() throws Exception {
+    Path dir = Files.createTempDirectory("seqsvr-rotate");
+    Path cert = dir.resolve("c.pem");
+    Path key = dir.resolve("c.key");
+    Files.copy(pki.file("client.pem"), cert);
+    Files.copy(pki.file("client.key"), key);
+    TlsFiles.ReloadingKeyManager km = new TlsFiles.ReloadingKeyManager(cert, key);
+    km.current();
+    String first = km.getCertificateChain("x")[0].getSubjectX500Principal().getName();
+    assertEquals("CN=client", first);
+    Files.writeString(cert, "not a certificate");
+    km.chooseEngineClientAlias(new String[] {"EC"}, null, null);
+    assertEquals("CN=client", km.getCertificateChain("x")[0].getSubjectX500Principal().getName());
+    Files.copy(pki.file("stranger.pem"), cert, java.nio.file.StandardCopyOption.REPLACE_EXISTING);
+    Files.copy(pki.file("stranger.key"), key, java.nio.file.StandardCopyOption.REPLACE_EXISTING);
+    FakeAlloc.eventually("the new identity", () -> {
+      km.chooseEngineClientAlias(new String[] {"EC"}, null, null);
+      return km.getCertificateChain("x")[0].getSubjectX500Principal().getName()
+          .equals("CN=stranger");
+    });
+  }
+
   @Test
   public void theClusterFileGivesSeedsAndTls() throws Exception {
     String text = String.join("\n",
