@@ -65,7 +65,8 @@ for sdk in "${sdk_list[@]}"; do
   runner "$sdk" >/dev/null
   if [ "$sdk" != rust ] && [ $BUILD_SDKS -eq 1 ]; then
     echo ">> building the $sdk SDK and running its unit tests (sdk/$sdk/build.sh)"
-    "$SEQSVR_ROOT/sdk/$sdk/build.sh"
+    # Unit tests only: its live tests, which a SEQSVR_DEV_DIR turns on, are this suite's job.
+    env -u SEQSVR_DEV_DIR -u SEQSVR_DEV_PORT_OFFSET "$SEQSVR_ROOT/sdk/$sdk/build.sh"
   fi
 done
 
