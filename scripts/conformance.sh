@@ -61,14 +61,7 @@ runner() { # sdk → the runner's command (the protocol's arguments follow)
     *) echo "error: unknown SDK $1 (rust, go, java, python)" >&2; return 2 ;;
   esac
 }
-for sdk in "${sdk_list[@]}"; do
-  runner "$sdk" >/dev/null
-  if [ "$sdk" != rust ] && [ $BUILD_SDKS -eq 1 ]; then
-    echo ">> building the $sdk SDK and running its unit tests (sdk/$sdk/build.sh)"
-    # Unit tests only: its live tests, which a SEQSVR_DEV_DIR turns on, are this suite's job.
-    env -u SEQSVR_DEV_DIR -u SEQSVR_DEV_PORT_OFFSET "$SEQSVR_ROOT/sdk/$sdk/build.sh"
-  fi
-done
+for sdk in "${sdk_list[@]}"; do runner "$sdk" >/dev/null; done
 
 # ---- the cluster ----
 cleanup() {
@@ -85,6 +78,20 @@ echo ">> cluster up ($DEV)"
 # A client certificate of a CA the cluster does not know.
 (cd "$BASE" && rm -rf foreign && "$SEQSVR_BIN/seqctl" certs init --dir foreign --sets 1 --members 1 \
   --allocs 1 --force >/dev/null 2>&1)
+
+# Each SDK's own tests: sdk/<sdk>/build.sh --live builds it, runs its unit tests, then its live
+# tests against this cluster (the README example as printed, from a data/local that is this
+# cluster's directory; Go's kill -9 of an AllocSvr, restarted by dev-cluster.sh).
+for sdk in "${sdk_list[@]}"; do
+  if [ "$sdk" != rust ] && [ $BUILD_SDKS -eq 1 ]; then
+    echo ">> $sdk SDK: build, unit and live tests (sdk/$sdk/build.sh --live, log $OUT/$sdk-build.log)"
+    if ! "$SEQSVR_ROOT/sdk/$sdk/build.sh" --live >"$OUT/$sdk-build.log" 2>&1; then
+      tail -n 30 "$OUT/$sdk-build.log" >&2
+      echo "error: sdk/$sdk/build.sh --live failed (log $OUT/$sdk-build.log)" >&2
+      exit 1
+    fi
+  fi
+done
 
 # Ok calls in a history (and, with a uid, those of calls that included it).
 count_ok() {
@@ -127,6 +134,17 @@ for s in json.load(sys.stdin):
         if s["set"] == 0 and e["section_begin"] <= 0 < e["section_end"]:
             print(e["alloc_id"], e["addr"]); sys.exit(0)
 sys.exit("no owner of section 0 of set 0 in the route table")'
+}
+# wait_owner ALLOC_ID: until the route table names it the owner of uid 42's section (60 s).
+wait_owner() {
+  local id addr
+  for _ in $(seq 1 600); do
+    read -r id addr < <(owner_of_42) || true
+    if [ "${id:-}" = "$1" ]; then echo ">>   alloc id $1 ($addr) owns uid 42's section"; return 0; fi
+    sleep 0.1
+  done
+  echo "error: alloc id $1 did not become the owner of uid 42's section within 60 s" >&2
+  return 1
 }
 # 127.0.0.1:(72SI + offset) → alloc-S-I (scripts/dev-cluster.sh's names).
 name_of() { local port=$((${1##*:} - OFFSET)); echo "alloc-${port:2:1}-${port:3:1}"; }
@@ -216,6 +234,8 @@ sys.exit("no other live AllocSvr in set 0")' "$owner_id") &&
     before=$(count_ok "$hist" 42) &&
     echo ">>   seqctl section move 0 --to $to (from alloc id $owner_id)" &&
     seqctl section move 0 --to "$to" >"$dir/move.log" 2>&1 &&
+    wait_owner "$to" &&
+    before=$(count_ok "$hist" 42) &&
     wait_resumed "$hist" 42 "$before" "the move of section 0 to alloc id $to"; then
     :
   else

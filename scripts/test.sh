@@ -69,6 +69,11 @@ step "nemesis 100 s (every fault kind)" "$SEQSVR_BIN/seqcheck" nemesis --seconds
 step "hostile 24 s (one AllocSvr under hostile clients)" "$SEQSVR_BIN/seqcheck" hostile \
   --seconds 24 --out "$out/hostile"
 
+# The SDKs (issue 32): each SDK's build, unit and live tests (go test, the Java tests, pytest),
+# then every conformance case for Rust, Go, Java and Python against a cluster of its own
+# (ports +1000), through a kill -9 and a section move (tests/conformance/README.md).
+step "SDK conformance (rust, go, java, python)" scripts/conformance.sh
+
 # Teeth: one deliberately broken build (every switch compiled in, scripts/common.sh), run with
 # one switch on at a time (SEQSVR_TEETH=name), must be caught. (The normal build passing
 # `seqcheck lost-disk` is cluster test t90.)

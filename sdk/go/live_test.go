@@ -237,7 +237,19 @@ func TestLiveKillOfTheOwningAllocSvr(t *testing.T) {
 	c, _ := liveClient(t, nil)
 	uids := []uint64{42, 43, 44, 99_999}
 	owner := ownerAddr(c.tableFor(42), 42)
-	port := owner[strings.LastIndex(owner, ":")+1:]
+	// The dev cluster's AllocSvrs listen on 72SI + SEQSVR_DEV_PORT_OFFSET (scripts/dev-cluster.sh).
+	portNumber, err := strconv.Atoi(owner[strings.LastIndex(owner, ":")+1:])
+	if err != nil {
+		t.Fatalf("owner %s: %v", owner, err)
+	}
+	if offset := os.Getenv("SEQSVR_DEV_PORT_OFFSET"); offset != "" {
+		n, err := strconv.Atoi(offset)
+		if err != nil {
+			t.Fatalf("SEQSVR_DEV_PORT_OFFSET=%q: %v", offset, err)
+		}
+		portNumber -= n
+	}
+	port := strconv.Itoa(portNumber)
 	if len(port) != 4 || !strings.HasPrefix(port, "72") {
 		t.Fatalf("owner %s is not a dev cluster AllocSvr", owner)
 	}

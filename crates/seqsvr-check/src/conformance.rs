@@ -100,15 +100,22 @@ struct Runner {
 }
 
 fn read_cases(path: &Path) -> anyhow::Result<CasesFile> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let file: CasesFile =
-        serde_json::from_str(&text).with_context(|| format!("{} is not a cases file", path.display()))?;
-    anyhow::ensure!(file.version == 1, "{}: version {} (this runner reads 1)", path.display(), file.version);
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let file: CasesFile = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a cases file", path.display()))?;
+    anyhow::ensure!(
+        file.version == 1,
+        "{}: version {} (this runner reads 1)",
+        path.display(),
+        file.version
+    );
     Ok(file)
 }
 
 fn read_cluster(path: &Path) -> anyhow::Result<ClusterConfig> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     ClusterConfig::from_toml_str(&text).map_err(|e| anyhow::anyhow!("in {}: {e}", path.display()))
 }
 
@@ -121,9 +128,11 @@ async fn connect(args: &RunnerArgs) -> anyhow::Result<Runner> {
         Some(&args.key),
     )?;
     let seeds: Vec<String> = config.sets.iter().flat_map(|s| s.allocs.clone()).collect();
-    let seq = SeqClient::connect(&seeds, CALL).await.map_err(|s| anyhow::anyhow!("connect: {s}"))?;
+    let seq =
+        SeqClient::connect(&seeds, CALL).await.map_err(|s| anyhow::anyhow!("connect: {s}"))?;
     let ids = IdClient::from_config(&config).map_err(|s| anyhow::anyhow!("id client: {s}"))?;
-    std::fs::create_dir_all(&args.out).with_context(|| format!("cannot make {}", args.out.display()))?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot make {}", args.out.display()))?;
     let cases_dir = args.cases.parent().unwrap_or(Path::new(".")).to_path_buf();
     Ok(Runner { seq, ids, config, cases_dir, out: args.out.clone(), args: args.clone() })
 }
@@ -165,7 +174,8 @@ pub async fn run_load(args: RunnerArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let mut tasks = Vec::new();
     for caller in 0..*callers {
-        let (runner, uids, history, stop) = (runner.clone(), uids.clone(), history.clone(), stop.clone());
+        let (runner, uids, history, stop) =
+            (runner.clone(), uids.clone(), history.clone(), stop.clone());
         let batch_every = u64::from((*batch_every).max(1));
         tasks.push(tokio::spawn(async move {
             let mut i = caller as usize % uids.len();
@@ -274,12 +284,22 @@ impl Runner {
                     let value = result.as_ref().ok().copied();
                     let set = runner.set_of(uid);
                     history
-                        .record(caller, set, vec![uid], invoke, t0.elapsed(), result.map(|v| vec![v]))
+                        .record(
+                            caller,
+                            set,
+                            vec![uid],
+                            invoke,
+                            t0.elapsed(),
+                            result.map(|v| vec![v]),
+                        )
                         .map_err(|e| format!("cannot write the history: {e}"))?;
-                    let value = value.ok_or_else(|| format!("caller {caller}: next({uid}) failed"))?;
+                    let value =
+                        value.ok_or_else(|| format!("caller {caller}: next({uid}) failed"))?;
                     if let Some(&before) = last.get(&uid) {
                         if value <= before {
-                            return Err(format!("caller {caller}: next({uid}) = {value} after {before}"));
+                            return Err(format!(
+                                "caller {caller}: next({uid}) = {value} after {before}"
+                            ));
                         }
                     }
                     last.insert(uid, value);
@@ -300,20 +320,38 @@ impl Runner {
 
     async fn batch_order(&self, uids: &[u64]) -> anyhow::Result<String> {
         let first = self.seq.next_batch(uids, CALL).await.map_err(status_error)?;
-        anyhow::ensure!(first.len() == uids.len(), "{} values for {} uids", first.len(), uids.len());
+        anyhow::ensure!(
+            first.len() == uids.len(),
+            "{} values for {} uids",
+            first.len(),
+            uids.len()
+        );
         for i in 0..uids.len() {
             for j in i + 1..uids.len() {
                 if uids[i] == uids[j] && first[i] >= first[j] {
-                    anyhow::bail!("uid {} at places {i} and {j}: {} then {}", uids[i], first[i], first[j]);
+                    anyhow::bail!(
+                        "uid {} at places {i} and {j}: {} then {}",
+                        uids[i],
+                        first[i],
+                        first[j]
+                    );
                 }
             }
         }
         let second = self.seq.next_batch(uids, CALL).await.map_err(status_error)?;
-        anyhow::ensure!(second.len() == uids.len(), "{} values for {} uids", second.len(), uids.len());
+        anyhow::ensure!(
+            second.len() == uids.len(),
+            "{} values for {} uids",
+            second.len(),
+            uids.len()
+        );
         for (i, uid) in uids.iter().enumerate() {
             let highest = uids.iter().zip(&first).filter(|(u, _)| *u == uid).map(|(_, v)| *v).max();
             if let Some(highest) = highest.filter(|h| second[i] <= *h) {
-                anyhow::bail!("uid {uid}: {} in the second call, {highest} in the first", second[i]);
+                anyhow::bail!(
+                    "uid {uid}: {} in the second call, {highest} in the first",
+                    second[i]
+                );
             }
         }
         Ok(format!("{uids:?} -> {first:?} then {second:?}"))
@@ -333,10 +371,14 @@ impl Runner {
     async fn error(&self, call: &Call, code: &str) -> anyhow::Result<String> {
         let result = match call {
             Call::Next { uid } => self.seq.next(*uid, CALL).await.map(|v| format!("{v}")),
-            Call::NextBatch { uids } => self.seq.next_batch(uids, CALL).await.map(|v| format!("{v:?}")),
-            Call::NextIds { scheme, count } => {
-                self.ids.next_ids(scheme, *count, 0, CALL).await.map(|ids| format!("{} ids", ids.ids.len()))
+            Call::NextBatch { uids } => {
+                self.seq.next_batch(uids, CALL).await.map(|v| format!("{v:?}"))
             }
+            Call::NextIds { scheme, count } => self
+                .ids
+                .next_ids(scheme, *count, 0, CALL)
+                .await
+                .map(|ids| format!("{} ids", ids.ids.len())),
         };
         let status = match result {
             Ok(v) => anyhow::bail!("answered {v}, expected {code}"),
@@ -375,9 +417,10 @@ impl Runner {
 
     async fn ids_decode(&self, count: u32, spec: &SessionSpec) -> anyhow::Result<String> {
         let now_ms = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as u64;
-        let session = Session { session_type: spec.session_type, id: SessionId::Text(spec.id.clone()) };
+        let session =
+            Session { session_type: spec.session_type, id: SessionId::Text(spec.id.clone()) };
         let mut seen = Vec::new();
-        for (name, scheme) in &self.config.ids.schemes {
+        for name in self.config.ids.schemes.keys() {
             let layout = layout_of(&self.config.ids, name, now_ms)?;
             let rongcloud = layout.scheme() == seqsvr_core::idscheme::Scheme::RongCloud;
             let ids = if rongcloud {
@@ -387,7 +430,11 @@ impl Runner {
             }
             .map_err(status_error)
             .with_context(|| format!("scheme {name}"))?;
-            anyhow::ensure!(ids.ids.len() == count as usize, "{name}: {} ids for {count}", ids.ids.len());
+            anyhow::ensure!(
+                ids.ids.len() == count as usize,
+                "{name}: {} ids for {count}",
+                ids.ids.len()
+            );
             let mut previous = None;
             for id in ids.ids.iter() {
                 let text = id.text(&layout)?;
@@ -407,10 +454,12 @@ impl Runner {
                         ids.worker_id
                     );
                 }
-                anyhow::ensure!(previous.is_none_or(|p| p < id.value()), "{name}: ids not increasing");
+                anyhow::ensure!(
+                    previous.is_none_or(|p| p < id.value()),
+                    "{name}: ids not increasing"
+                );
                 previous = Some(id.value());
             }
-            let _: &IdSchemeConfig = scheme;
             seen.push(format!("{name}: worker {}", ids.worker_id));
         }
         Ok(seen.join(", "))
@@ -419,7 +468,8 @@ impl Runner {
 
 /// The decode vectors (`tests/conformance/decode-vectors.json`), through the SDK's decoder.
 fn decode_vectors(path: &Path) -> anyhow::Result<String> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let file: Value = serde_json::from_str(&text)?;
     let now_ms = file["now_ms"].as_u64().context("now_ms")?;
     let load = |entry: &Value| -> anyhow::Result<Result<seqsvr_core::idscheme::Layout, String>> {
@@ -444,9 +494,14 @@ fn decode_vectors(path: &Path) -> anyhow::Result<String> {
                 }
             }
             (Err(e), None, Some(error)) => {
-                anyhow::ensure!(e.to_string() == error, "{name} {input:?}: error {e:?}, the vector says {error:?}")
+                anyhow::ensure!(
+                    e.to_string() == error,
+                    "{name} {input:?}: error {e:?}, the vector says {error:?}"
+                )
             }
-            (Ok(d), None, _) => anyhow::bail!("{name} {input:?}: decoded {d:?}, the vector says it fails"),
+            (Ok(d), None, _) => {
+                anyhow::bail!("{name} {input:?}: decoded {d:?}, the vector says it fails")
+            }
             (Err(e), _, _) => anyhow::bail!("{name} {input:?}: {e}, the vector says it decodes"),
         }
         checked += 1;
@@ -514,7 +569,8 @@ struct History {
 
 impl History {
     fn create(path: &Path) -> anyhow::Result<History> {
-        let file = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+        let file = std::fs::File::create(path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
         Ok(History { file: Arc::new(Mutex::new(Some(std::io::BufWriter::new(file)))) })
     }
 
@@ -532,7 +588,9 @@ impl History {
             Err(s) if matches!(s.code(), Code::InvalidArgument | Code::NotFound) => {
                 Outcome::Fail { code: code_name(s.code()).to_string() }
             }
-            Err(s) => Outcome::Unknown { reason: format!("{}: {}", code_name(s.code()), s.message()) },
+            Err(s) => {
+                Outcome::Unknown { reason: format!("{}: {}", code_name(s.code()), s.message()) }
+            }
         };
         let op = Operation {
             client,
@@ -556,5 +614,46 @@ impl History {
             file.get_ref().sync_all()?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vectors_path() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/conformance/decode-vectors.json")
+    }
+
+    #[test]
+    fn the_decode_vectors_pass_and_a_changed_one_is_caught() {
+        let detail = decode_vectors(&vectors_path()).expect("the Rust decoder passes its vectors");
+        assert!(detail.ends_with(" vectors"), "{detail}");
+        // One field of the first vector changed: the case must fail, naming it.
+        let text = std::fs::read_to_string(vectors_path()).unwrap();
+        let mut file: Value = serde_json::from_str(&text).unwrap();
+        file["decode"][0]["expect"]["sequence"] = json!(4);
+        let dir = tempfile::tempdir().unwrap();
+        let changed = dir.path().join("v.json");
+        std::fs::write(&changed, file.to_string()).unwrap();
+        let err = decode_vectors(&changed).expect_err("a wrong vector is caught");
+        assert!(format!("{err}").contains("sequence"), "{err}");
+    }
+
+    #[test]
+    fn every_case_of_the_suite_parses() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/conformance/cases.json");
+        let file = read_cases(&path).expect("cases.json parses");
+        assert!(file.cases.iter().any(|c| matches!(c.kind, Kind::FaultLoad { .. })));
+        assert!(file.cases.iter().filter(|c| matches!(c.kind, Kind::Error { .. })).count() >= 4);
+    }
+
+    #[test]
+    fn numbers_and_their_decimal_strings_compare_equal_nulls_do_not() {
+        assert!(same(&json!(7), &json!("7")));
+        assert!(same(&json!("a"), &json!("a")));
+        assert!(!same(&json!(7), &json!("8")));
+        assert!(!same(&Value::Null, &json!("null")));
+        assert!(same(&Value::Null, &Value::Null));
     }
 }
