@@ -215,9 +215,9 @@ PY
   if wait_resumed "$hist" 42 0 "the load's start" &&
     read -r owner_id owner_addr < <(owner_of_42) &&
     victim=$(name_of "$owner_addr") &&
-    before=$(count_ok "$hist" 42) &&
     echo ">>   kill -9 $victim (alloc id $owner_id, $owner_addr), the owner of uid 42" &&
     kill -KILL "$(cat "$DEV/pids/$victim.pid")" &&
+    before=$(count_ok "$hist" 42) &&
     wait_resumed "$hist" 42 "$before" "the kill -9 of $victim" &&
     "$SEQSVR_ROOT/scripts/dev-cluster.sh" up >"$dir/restart.log" 2>&1 &&
     echo ">>   $victim started again" &&
@@ -231,7 +231,6 @@ for s in json.load(sys.stdin):
         if others:
             print(others[0]); sys.exit(0)
 sys.exit("no other live AllocSvr in set 0")' "$owner_id") &&
-    before=$(count_ok "$hist" 42) &&
     echo ">>   seqctl section move 0 --to $to (from alloc id $owner_id)" &&
     seqctl section move 0 --to "$to" >"$dir/move.log" 2>&1 &&
     wait_owner "$to" &&

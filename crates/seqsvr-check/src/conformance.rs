@@ -11,6 +11,7 @@ use anyhow::Context;
 use seqsvr_client::ids::{decode, layout_of, DecodedView, IdClient, Session, SessionId};
 use seqsvr_client::seq::SeqClient;
 use seqsvr_core::config::{ClusterConfig, IdSchemeConfig};
+use seqsvr_tls::http_error::code_name;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::io::Write;
@@ -535,29 +536,6 @@ fn same(got: &Value, want: &Value) -> bool {
 
 fn status_error(status: Status) -> anyhow::Error {
     anyhow::anyhow!("{}: {}", code_name(status.code()), status.message())
-}
-
-/// The gRPC code's canonical name (INVALID_ARGUMENT...), as the cases and histories spell it.
-fn code_name(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "CANCELLED",
-        Code::Unknown => "UNKNOWN",
-        Code::InvalidArgument => "INVALID_ARGUMENT",
-        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
-        Code::NotFound => "NOT_FOUND",
-        Code::AlreadyExists => "ALREADY_EXISTS",
-        Code::PermissionDenied => "PERMISSION_DENIED",
-        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
-        Code::FailedPrecondition => "FAILED_PRECONDITION",
-        Code::Aborted => "ABORTED",
-        Code::OutOfRange => "OUT_OF_RANGE",
-        Code::Unimplemented => "UNIMPLEMENTED",
-        Code::Internal => "INTERNAL",
-        Code::Unavailable => "UNAVAILABLE",
-        Code::DataLoss => "DATA_LOSS",
-        Code::Unauthenticated => "UNAUTHENTICATED",
-    }
 }
 
 /// A history file written as calls complete (one line each, flushed: `conformance.sh` watches
