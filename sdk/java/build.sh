@@ -7,7 +7,8 @@
 #                              Netty, mutual TLS with certificates made by openssl, the decode
 #                              vectors of tests/conformance/decode-vectors.json) and build
 #                              sdk/java/build/seqsvr-java.jar (the SDK, the conformance runner
-#                              io.seqsvr.conformance.Runner and the README's example).
+#                              io.seqsvr.conformance.Runner, the README's example and the load
+#                              generator io.seqsvr.examples.bench.Bench that sdk/java/bench runs).
 #   sdk/java/build.sh --live   the same, then the live tests against the running cluster named
 #                              by SEQSVR_DEV_DIR (default data/local): its cluster.toml and
 #                              certs/client.pem/.key. It never starts or stops a cluster:
@@ -101,6 +102,10 @@ run_tests() {
 
 echo ">> unit tests (JUnit 4)"
 run_tests
+
+echo ">> unit tests of the load generator (io.seqsvr.examples.bench, sdk/java/bench)"
+java -cp "$OUT/test-classes:$OUT/classes:$TEST_CP" org.junit.runner.JUnitCore \
+  io.seqsvr.examples.bench.BenchTest
 
 if [ $LIVE -eq 1 ]; then
   DEV=${SEQSVR_DEV_DIR:-$ROOT/data/local}
