@@ -5,8 +5,20 @@ import static org.junit.Assert.assertFalse;
 import static org.junit.Assert.assertTrue;
 import static org.junit.Assert.fail;
 
+import java.io.BufferedOutputStream;
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.io.OutputStream;
+import java.net.InetAddress;
+import java.net.ServerSocket;
+import java.net.Socket;
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
 import java.util.SplittableRandom;
+import java.util.concurrent.CopyOnWriteArrayList;
 import org.junit.Test;
 
 /** The load generator's Zipf sampler, command line and JSON (the Go driver's main_test.go). */
@@ -170,5 +182,84 @@ public class BenchTest {
     assertEquals("s@cret", v.password);
     assertEquals(null, v.user);
     assertEquals(2, v.db);
+  }
+
+  /**
+   * The shared pipeline hands each caller the reply to its own command: callers on their own
+   * uids see 1, 2, 3, ... in order, and an error reply fails only the call it answers (a fake
+   * RESP server on loopback, INCR only; "seq:666" answers -ERR boom).
+   */
+  @Test
+  public void thePipelineMatchesRepliesToCallers() throws Exception {
+    try (ServerSocket ss = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+      Thread server = new Thread(() -> {
+        try (Socket s = ss.accept()) {
+          BufferedReader in = new BufferedReader(
+              new InputStreamReader(s.getInputStream(), StandardCharsets.US_ASCII));
+          OutputStream out = new BufferedOutputStream(s.getOutputStream());
+          Map<String, Long> counts = new HashMap<>();
+          while (true) {
+            String head = in.readLine();
+            if (head == null) {
+              return;
+            }
+            in.readLine(); // $4
+            String cmd = in.readLine();
+            in.readLine(); // $len
+            String key = in.readLine();
+            if (!head.equals("*2") || !cmd.equals("INCR")) {
+              out.write("-ERR unexpected\r\n".getBytes(StandardCharsets.US_ASCII));
+            } else if (key.equals("seq:666")) {
+              out.write("-ERR boom\r\n".getBytes(StandardCharsets.US_ASCII));
+            } else {
+              long v = counts.merge(key, 1L, Long::sum);
+              out.write((":" + v + "\r\n").getBytes(StandardCharsets.US_ASCII));
+            }
+            if (!in.ready()) {
+              out.flush();
+            }
+          }
+        } catch (Exception e) {
+          // the client closed
+        }
+      });
+      server.setDaemon(true);
+      server.start();
+      final int callers = 16;
+      final int calls = 500;
+      try (Bench.RedisPipeline p = new Bench.RedisPipeline(
+          new Bench.RedisUrl("redis://127.0.0.1:" + ss.getLocalPort()), 4 * callers)) {
+        List<String> wrong = new CopyOnWriteArrayList<>();
+        Thread[] ts = new Thread[callers];
+        for (int w = 0; w < callers; w++) {
+          final long uid = 1000 + w;
+          ts[w] = new Thread(() -> {
+            try {
+              for (long want = 1; want <= calls; want++) {
+                long got = p.incr(uid, Duration.ofSeconds(5));
+                if (got != want) {
+                  wrong.add("uid " + uid + ": got " + got + ", want " + want);
+                  return;
+                }
+              }
+            } catch (Exception e) {
+              wrong.add("uid " + uid + ": " + e);
+            }
+          });
+          ts[w].start();
+        }
+        for (Thread t : ts) {
+          t.join();
+        }
+        assertTrue(wrong.toString(), wrong.isEmpty());
+        try {
+          p.incr(666, Duration.ofSeconds(5));
+          fail("no error for seq:666");
+        } catch (Bench.RedisError e) {
+          assertEquals("ERR boom", e.getMessage());
+        }
+        assertEquals(calls + 1, p.incr(1000, Duration.ofSeconds(5)));
+      }
+    }
   }
 }
