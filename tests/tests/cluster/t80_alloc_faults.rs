@@ -150,7 +150,11 @@ async fn sigstop_past_the_lease_serves_nothing_stale_after_sigcont() {
     // Straight at the woken AllocSvr: each answer is an error or a value newer than anything
     // served before (checked with the rest of the history).
     let channel = seqsvr_client::store::alloc_channel(&paused_addr).unwrap();
-    let mut direct = pb::seq_service_client::SeqServiceClient::new(channel);
+    // Never forwarded: the woken AllocSvr's own answers, not the new owner's through it.
+    let mut direct = pb::seq_service_client::SeqServiceClient::with_interceptor(
+        channel,
+        seqsvr_client::seq::NoForward,
+    );
     let mut ops = Vec::new();
     for &uid in uids.iter().cycle().take(200) {
         let invoked = since(load.t0);

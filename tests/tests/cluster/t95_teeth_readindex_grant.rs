@@ -122,11 +122,15 @@ async fn a_deposed_leader_grants_no_lease_while_the_new_one_moves_sections() {
     // Straight at A and at B, in turn, on one clock, for longer than L1's window plus a lease.
     let t0 = Instant::now();
     let since = |t: Instant| t.duration_since(t0).as_nanos() as u64;
-    let mut seq_a = pb::seq_service_client::SeqServiceClient::new(
+    // Never forwarded (`NoForward`): each answer is A's or B's own, so B before its grant
+    // cannot pass A's values off as its own (nor A, once it learnt the move, B's).
+    let mut seq_a = pb::seq_service_client::SeqServiceClient::with_interceptor(
         seqsvr_client::store::alloc_channel(&a_addr).unwrap(),
+        seqsvr_client::seq::NoForward,
     );
-    let mut seq_b = pb::seq_service_client::SeqServiceClient::new(
+    let mut seq_b = pb::seq_service_client::SeqServiceClient::with_interceptor(
         seqsvr_client::store::alloc_channel(&b_addr).unwrap(),
+        seqsvr_client::seq::NoForward,
     );
     let mut ops = Vec::new();
     let (mut from_a, mut from_b) = (0, 0);

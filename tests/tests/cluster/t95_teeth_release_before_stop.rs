@@ -5,7 +5,10 @@
 //! AllocSvr. And one probe, arranged so that it needs no luck: as soon as the store shows a
 //! probe uid's section settled at the other AllocSvr, the test has that heir serve the uid
 //! (its request carries the store's route version, so the heir asks for its grant at once),
-//! then asks the stopping AllocSvr for the same uid directly. The normal build refuses (it
+//! then asks the stopping AllocSvr for the same uid directly, both calls marked not to be
+//! forwarded (before its grant the heir would pass the call on to the stopping AllocSvr, which
+//! made the probe compare that AllocSvr with itself: caught only when the loads happened to
+//! be, one run in three). The normal build refuses (it
 //! stopped serving before it released): values never go back. With
 //! `SEQSVR_TEETH=release-before-stop` (release first, serve on for half a lease, 3 s here) the
 //! stopping AllocSvr answers with a value below the heir's: I1 is violated, on every run.
@@ -24,12 +27,19 @@ use tokio::time::Instant;
 /// The client number of the probe's own calls in the history.
 const PROBE_CLIENT: u32 = u32::MAX - 3;
 
-/// One `Next` sent straight to `addr` (no route table, no retries), as a history operation.
+/// One `Next` sent straight to `addr` (no route table, no retries, never forwarded), as a
+/// history operation.
 async fn next_direct(t0: Instant, addr: &str, uid: u64, route_version: u64) -> Operation {
     let invoke_ns = t0.elapsed().as_nanos() as u64;
     let answer = async {
         let channel = seqsvr_client::store::alloc_channel(addr)?;
-        let mut client = pb::seq_service_client::SeqServiceClient::new(channel);
+        // Served by `addr` itself or refused: an AllocSvr that does not own the uid yet (the
+        // heir before its grant) would otherwise forward the call to the owner its table names
+        // (the stopping AllocSvr), and the probe would compare that AllocSvr with itself.
+        let mut client = pb::seq_service_client::SeqServiceClient::with_interceptor(
+            channel,
+            seqsvr_client::seq::NoForward,
+        );
         let mut request = tonic::Request::new(pb::NextRequest { uid, route_version });
         request.set_timeout(Duration::from_secs(2));
         match tokio::time::timeout(Duration::from_secs(2), client.next(request)).await {
@@ -112,6 +122,19 @@ async fn values_never_go_back_when_an_allocsvr_hands_its_sections_back() {
     probes.push(served);
     // Then the AllocSvr that released it: it must have stopped serving before it released.
     probes.push(next_direct(t0, &stopping_addr, probe_uid, 0).await);
+    // The probe alone decides, whatever the loads happened to do: an answer of the stopping
+    // AllocSvr now is at most its own max_seq, below the heir's, which starts above it.
+    if let (Outcome::Ok { values: heir }, Outcome::Ok { values: late }) =
+        (&probes[1].outcome, &probes[2].outcome)
+    {
+        assert!(
+            late[0] > heir[0],
+            "I1/I3 violated: the stopping AllocSvr answered {} for uid {probe_uid} after the \
+             heir answered {}: it served on after it handed the section back",
+            late[0],
+            heir[0]
+        );
+    }
 
     fresh_load.wait_progress("after the hand-back", 500).await;
     stale_load.wait_progress("after the hand-back", 300).await;
