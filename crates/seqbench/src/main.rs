@@ -45,6 +45,7 @@ mod floor;
 mod http;
 mod ids;
 mod report;
+mod sdks;
 mod target;
 
 use cpu::cpu_us;
@@ -253,6 +254,11 @@ enum Command {
     /// Serve the floor: seqsvr's `SeqService` (same TLS, limits and role check as an AllocSvr)
     /// over in-memory counters, with a route table that sends every uid to itself.
     FloorServe(floor::FloorServeArgs),
+    /// Issue 32: the SDKs for other languages against the Rust SDK and against Redis driven
+    /// from the same language (driver programs run in rotated rounds; servers' CPU from /proc).
+    Sdks(sdks::SdksArgs),
+    /// The markdown of a `seqbench sdks` run again, from its `sdks.json`.
+    SdksReport { json: PathBuf },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -350,6 +356,8 @@ async fn run(w: Workload) -> anyhow::Result<()> {
     let servers = cpu::ServerProcesses::resolve(&w.server_pids, &w.server_trees)?;
     let done_calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let started_calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    // The window's edges for `seqbench sdks` (sdks.rs), which reads the servers' CPU at each.
+    println!("{}", sdks::WINDOW_START);
     let cpu_before = (cpu::cpu_us("self")?, servers.cpu_us()?, cpu::machine_busy_us()?);
     let started = Instant::now();
     let deadline = started + Duration::from_secs(w.seconds);
@@ -431,6 +439,7 @@ async fn run(w: Workload) -> anyhow::Result<()> {
     let seconds = started.elapsed().as_secs_f64();
     let cpu_after =
         (cpu::cpu_us("self")?, servers.cpu_us().context("after the run")?, cpu::machine_busy_us()?);
+    println!("{}", sdks::WINDOW_END);
     // What the rest of the machine used meanwhile: all CPUs' busy time minus this client's and
     // the counted servers'.
     let ours = cpu_after.0.saturating_sub(cpu_before.0) + cpu_after.1.saturating_sub(cpu_before.1);
@@ -665,6 +674,12 @@ async fn main() -> anyhow::Result<()> {
         Command::FloorServe(args) => floor::serve(args).await,
         Command::Ids(args) => ids::run(args).await,
         Command::IdsReport { results, json } => ids::report(&results, json.as_ref()),
+        Command::Sdks(args) => sdks::run(args),
+        Command::SdksReport { json } => {
+            let file = sdks::load(&json)?;
+            print!("{}", sdks::report(&file.runs, &file.machine));
+            Ok(())
+        }
     }
 }
 

@@ -43,6 +43,11 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Awaitable, Callable, Dict, List, Optional, Sequence
 
 
+#: The lines printed at the timed window's start and end (`seqbench sdks` reads the servers'
+#: CPU time at each; crates/seqbench/src/sdks.rs).
+WINDOW_START, WINDOW_END = "SEQBENCH_WINDOW start", "SEQBENCH_WINDOW end"
+
+
 def cpu_seconds() -> float:
     """This process's CPU time so far, user + system (every thread)."""
     ru = resource.getrusage(resource.RUSAGE_SELF)
@@ -249,10 +254,13 @@ async def run(a: argparse.Namespace) -> dict:
     try:
         tasks = [asyncio.get_running_loop().create_task(worker(w)) for w in range(a.concurrency)]
         await asyncio.sleep(0)  # every worker waits at begin
+        # The window's edges for `seqbench sdks`, which reads the servers' CPU at each.
+        print(WINDOW_START, flush=True)
         cpu0, t0 = cpu_seconds(), time.perf_counter()
         begin.set()
         await asyncio.gather(*tasks)
         elapsed, used = time.perf_counter() - t0, cpu_seconds() - cpu0
+        print(WINDOW_END, flush=True)
         if client is not None:
             s = client.stats()
         if batcher is not None:

@@ -22,6 +22,7 @@ import (
 	"math/rand"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"sync"
@@ -165,6 +166,7 @@ func main() {
 	dist := flag.String("dist", "uniform", "uniform or zipf (s = 1, rank 1 = uid-base)")
 	noCoalesce := flag.Bool("no-coalesce", false, "seqsvr: one Next RPC per call")
 	timeout := flag.Duration("timeout", 3*time.Second, "each call's deadline")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the timed window here (go tool pprof)")
 	flag.Parse()
 	if *concurrency < 1 || *uids < 1 || *seconds <= 0 {
 		log.Fatal("--concurrency and --uids must be at least 1, --seconds above 0")
@@ -254,10 +256,26 @@ func main() {
 			}
 		}(w)
 	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			log.Fatalf("--cpuprofile: %v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatalf("--cpuprofile: %v", err)
+		}
+		defer f.Close()
+	}
+	// The window's edges for `seqbench sdks`, which reads the servers' CPU time at each.
+	fmt.Println("SEQBENCH_WINDOW start")
 	cpu0, t0 := cpu(), time.Now()
 	close(begin)
 	wg.Wait()
 	elapsed, used := time.Since(t0), cpu()-cpu0
+	fmt.Println("SEQBENCH_WINDOW end")
+	if *cpuProfile != "" {
+		pprof.StopCPUProfile()
+	}
 
 	var all []time.Duration
 	for _, l := range lat {

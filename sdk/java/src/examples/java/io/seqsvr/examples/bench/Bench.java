@@ -76,6 +76,7 @@ public final class Bench {
     String dist = "uniform";
     boolean noCoalesce = false;
     Duration timeout = Duration.ofSeconds(3);
+    Duration warmup = Duration.ZERO;
     boolean help = false;
   }
 
@@ -99,7 +100,9 @@ public final class Bench {
       "  --uid-base N            the first uid (default 0)",
       "  --dist uniform|zipf     uniform or zipf (s = 1, rank 1 = uid-base) (default uniform)",
       "  --no-coalesce           seqsvr: one Next RPC per call",
-      "  --timeout D             each call's deadline, a Go duration (default 3s)");
+      "  --timeout D             each call's deadline, a Go duration (default 3s)",
+      "  --warmup D              each caller runs the workload this long before the timed window,",
+      "                          uncounted, so the JIT has compiled the hot path (default 0s)");
 
   /**
    * Parses as Go's flag package does: -flag or --flag, a value as the next argument or after
@@ -188,6 +191,13 @@ public final class Bench {
             throw new UsageException("invalid value \"" + value + "\" for flag -" + name + ": " + e.getMessage());
           }
           break;
+        case "warmup":
+          try {
+            a.warmup = parseGoDuration(value);
+          } catch (IllegalArgumentException e) {
+            throw new UsageException("invalid value \"" + value + "\" for flag -" + name + ": " + e.getMessage());
+          }
+          break;
         default:
           throw new UsageException("flag provided but not defined: -" + name);
       }
@@ -198,7 +208,7 @@ public final class Bench {
   private static boolean isValueFlag(String name) {
     switch (name) {
       case "target": case "config": case "cert": case "key": case "redis-url": case "concurrency":
-      case "seconds": case "uids": case "uid-base": case "dist": case "timeout":
+      case "seconds": case "uids": case "uid-base": case "dist": case "timeout": case "warmup":
         return true;
       default:
         return false;
@@ -680,12 +690,14 @@ public final class Bench {
     res.put("dist", a.dist);
     res.put("uids", new Unsigned(a.uids));
     res.put("uid_base", new Unsigned(a.uidBase));
+    res.put("warmup_seconds", a.warmup.toNanos() / 1e9);
 
     AtomicLong calls = new AtomicLong();
     AtomicLong failed = new AtomicLong();
     AtomicReference<String> firstErr = new AtomicReference<>();
     Latencies[] lat = new Latencies[a.concurrency];
     long windowNs = (long) (a.seconds * 1e9);
+    long warmupNs = a.warmup.toNanos();
     CountDownLatch begin = new CountDownLatch(1);
     CountDownLatch ready = new CountDownLatch(a.concurrency);
     Thread[] threads = new Thread[a.concurrency];
@@ -699,6 +711,16 @@ public final class Bench {
         SplittableRandom rng = new SplittableRandom(wi + 1);
         Latencies l = new Latencies();
         lat[wi] = l;
+        // The warm-up: the same calls, counted nowhere (errors included).
+        long warmStop = System.nanoTime() + warmupNs;
+        while (System.nanoTime() - warmStop < 0) {
+          long uid = z != null ? uidBase + z.rank0(rng) : uidBase + rng.nextLong(uids);
+          try {
+            next.call(uid);
+          } catch (Exception e) {
+            // counted nowhere
+          }
+        }
         ready.countDown();
         try {
           begin.await();
@@ -727,6 +749,9 @@ public final class Bench {
       threads[w].start();
     }
     ready.await();
+    // The window's edges for `seqbench sdks`, which reads the servers' CPU time at each.
+    System.out.println("SEQBENCH_WINDOW start");
+    System.out.flush();
     long cpu0 = cpuNanos();
     long t0 = System.nanoTime();
     begin.countDown();
@@ -735,6 +760,8 @@ public final class Bench {
     }
     long elapsedNs = System.nanoTime() - t0;
     long usedNs = cpuNanos() - cpu0;
+    System.out.println("SEQBENCH_WINDOW end");
+    System.out.flush();
 
     int total = 0;
     for (Latencies l : lat) {
