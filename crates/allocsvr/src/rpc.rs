@@ -256,7 +256,7 @@ impl tonic::codegen::Body for HeldBody {
 }
 
 /// NOT_OWNER: the section is not served here; the answer carries the current route table (in
-/// binary metadata, where `seqsvr_client::seq::route_table_of` finds it).
+/// binary metadata, where `seqsvr_proto::route_table_of` finds it).
 #[derive(Debug, thiserror::Error)]
 #[error(
     "NOT_OWNER: section {section} is not served here (owner: {owner}, route table v{})",
@@ -602,7 +602,7 @@ pub fn to_status(error: AllocError) -> Status {
 
 fn not_owner_status(not_owner: &NotOwner) -> Status {
     let status = Status::failed_precondition(not_owner.to_string());
-    seqsvr_client::seq::with_route_table(status, &not_owner.route)
+    seqsvr_proto::with_route_table(status, &not_owner.route)
 }
 
 /// `status` with the uid a session is routed by, so the client routes it.
@@ -638,17 +638,17 @@ mod tests {
             status.message(),
             "NOT_OWNER: section 1 is not served here (owner: alloc 2 at alloc-2:1, route table v3)"
         );
-        let table = seqsvr_client::seq::route_table_of(&status).expect("a table");
+        let table = seqsvr_proto::route_table_of(&status).expect("a table");
         assert_eq!(table.version, 3);
         let not_owner = NotOwner::of(SectionId(7), &route());
         let status = to_status(AllocError::SessionNotOwner { uid: 75, not_owner });
         assert!(status.message().contains("owner: not assigned yet"), "{}", status.message());
-        assert!(seqsvr_client::seq::route_table_of(&status).is_some());
+        assert!(seqsvr_proto::route_table_of(&status).is_some());
         let uid = |s: &Status| s.metadata().get(seqsvr_proto::SESSION_UID_METADATA).cloned();
         assert_eq!(uid(&status).expect("the uid").to_str().ok(), Some("75"));
         let other = to_status(AllocError::SessionOtherSet { uid: 500 });
         assert_eq!(other.code(), Code::FailedPrecondition);
-        assert!(seqsvr_client::seq::route_table_of(&other).is_none());
+        assert!(seqsvr_proto::route_table_of(&other).is_none());
         assert_eq!(uid(&other).expect("the uid").to_str().ok(), Some("500"));
     }
 

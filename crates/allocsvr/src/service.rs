@@ -844,7 +844,7 @@ impl SeqServer {
                 pb::NextStreamReply {
                     batch_id,
                     seqs: Vec::new(),
-                    route_table: seqsvr_client::seq::route_table_of(&status),
+                    route_table: seqsvr_proto::route_table_of(&status),
                     code: status.code() as i32,
                     message: status.message().to_string(),
                 }
@@ -1527,7 +1527,7 @@ mod tests {
         let s = server(0);
         let status = s.next(next(5, 4)).await.unwrap_err();
         assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
-        assert!(seqsvr_client::seq::route_table_of(&status).is_none());
+        assert!(seqsvr_proto::route_table_of(&status).is_none());
         let woken =
             tokio::time::timeout(Duration::from_millis(100), s.shared.wake_heartbeat.notified())
                 .await;
@@ -1535,7 +1535,7 @@ mod tests {
         for version in [1, 3] {
             let status = s.next(next(5, version)).await.unwrap_err();
             assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
-            let table = seqsvr_client::seq::route_table_of(&status).expect("a table");
+            let table = seqsvr_proto::route_table_of(&status).expect("a table");
             assert_eq!(table.version, 3);
         }
     }

@@ -3,8 +3,8 @@
 //! [`FakeAlloc::route_table`], `NextStream` each batch as a `NextBatch`), and [`serve`] puts it
 //! on a loopback port.
 
-use crate::seq::route_table_of;
 use pb::seq_service_server::{SeqService, SeqServiceServer};
+use seqsvr_proto::route_table_of;
 use seqsvr_proto::v1 as pb;
 use std::sync::Arc;
 use tokio::sync::mpsc;

@@ -181,33 +181,6 @@ fn seq_client(channel: Channel) -> SeqServiceClient<AllocChannel> {
         .max_decoding_message_size(seqsvr_proto::REPLY_MAX_BYTES)
 }
 
-/// Decodes the route table a NOT_OWNER answer carries.
-pub fn route_table_of(status: &Status) -> Option<pb::RouteTable> {
-    use prost::Message as _;
-    let bytes = status.metadata().get_bin(seqsvr_proto::ROUTE_TABLE_METADATA)?.to_bytes().ok()?;
-    pb::RouteTable::decode(bytes.as_ref()).ok()
-}
-
-/// `status` carrying `table` in its metadata, where [`route_table_of`] finds it (a NOT_OWNER
-/// answer's route table).
-pub fn with_route_table(mut status: Status, table: &pb::RouteTable) -> Status {
-    use prost::Message as _;
-    status.metadata_mut().insert_bin(
-        seqsvr_proto::ROUTE_TABLE_METADATA,
-        tonic::metadata::MetadataValue::from_bytes(&table.encode_to_vec()),
-    );
-    status
-}
-
-/// The address `table` names for `uid`'s section, if `uid` is in the table's set and the entry
-/// has an address.
-pub fn owner_addr_in(table: &pb::RouteTable, uid: u64) -> Option<&str> {
-    if uid < table.uid_begin || uid >= table.uid_end {
-        return None;
-    }
-    table.owner_of_uid(uid).map(|e| e.addr.as_str()).filter(|a| !a.is_empty())
-}
-
 /// One AllocSvr's coalescing task: once an in-flight slot is free, takes every call waiting (up
 /// to `max_coalesced`) and sends them as one batch; calls pile up in the queue meanwhile.
 ///
@@ -468,7 +441,7 @@ fn answer_stream_batch(addr: &str, calls: Vec<Pending>, reply: pb::NextStreamRep
         let status = Status::new(Code::from_i32(reply.code), reply.message);
         // As a NOT_OWNER of an RPC carries it, so the retry finds it where it looks.
         let status = match &reply.route_table {
-            Some(table) => with_route_table(status, table),
+            Some(table) => seqsvr_proto::with_route_table(status, table),
             None => status,
         };
         return answer_all(calls, &status);
@@ -808,7 +781,7 @@ impl SeqClient {
                             return Ok(value);
                         }
                         Err(s) if s.code() == Code::FailedPrecondition => {
-                            if let Some(t) = route_table_of(&s) {
+                            if let Some(t) = seqsvr_proto::route_table_of(&s) {
                                 self.install(t);
                                 // At once, a few times in a row; then back off like any retry.
                                 if backoff.redirect() {
@@ -1001,13 +974,15 @@ impl SeqClient {
                             answered[i] = true;
                         }
                     }
-                    Err(s) if s.code() == Code::FailedPrecondition => match route_table_of(&s) {
-                        Some(t) => {
-                            self.install(t);
-                            redirected = Some(s);
+                    Err(s) if s.code() == Code::FailedPrecondition => {
+                        match seqsvr_proto::route_table_of(&s) {
+                            Some(t) => {
+                                self.install(t);
+                                redirected = Some(s);
+                            }
+                            None => return Err(s),
                         }
-                        None => return Err(s),
-                    },
+                    }
                     Err(s) if retryable(s.code()) => wait = Some(s),
                     Err(s) => return Err(s),
                 }

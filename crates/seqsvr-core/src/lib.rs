@@ -19,6 +19,7 @@ pub mod alloc;
 pub mod arbiter;
 pub mod assign;
 pub mod config;
+pub mod decode;
 pub mod ids;
 pub mod idscheme;
 pub mod lease;

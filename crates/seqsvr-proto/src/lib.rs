@@ -23,6 +23,25 @@ pub const LEADER_ADDR_METADATA: &str = "seqsvr-leader-addr";
 /// Binary gRPC metadata key carrying an encoded `RouteTable` on NOT_OWNER answers.
 pub const ROUTE_TABLE_METADATA: &str = "seqsvr-route-table-bin";
 
+/// The route table a NOT_OWNER answer carries under [`ROUTE_TABLE_METADATA`], if it carries
+/// one that decodes.
+pub fn route_table_of(status: &tonic::Status) -> Option<v1::RouteTable> {
+    use prost::Message as _;
+    let bytes = status.metadata().get_bin(ROUTE_TABLE_METADATA)?.to_bytes().ok()?;
+    v1::RouteTable::decode(bytes.as_ref()).ok()
+}
+
+/// `status` carrying `table` under [`ROUTE_TABLE_METADATA`], where [`route_table_of`] finds
+/// it: how an AllocSvr's NOT_OWNER answer carries its route table.
+pub fn with_route_table(mut status: tonic::Status, table: &v1::RouteTable) -> tonic::Status {
+    use prost::Message as _;
+    status.metadata_mut().insert_bin(
+        ROUTE_TABLE_METADATA,
+        tonic::metadata::MetadataValue::from_bytes(&table.encode_to_vec()),
+    );
+    status
+}
+
 /// gRPC metadata key an AllocSvr sets on a `rongcloud` NextIds NOT_OWNER answer: the uid the
 /// session is routed by (its owner is that uid's section's).
 pub const SESSION_UID_METADATA: &str = "x-seqsvr-session-uid";

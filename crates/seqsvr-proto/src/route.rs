@@ -32,6 +32,15 @@ impl RouteTable {
     pub fn owner_of_uid(&self, uid: u64) -> Option<&RouteEntry> {
         self.owner_of_section(self.section_of(uid))
     }
+
+    /// The address this table names for `uid`'s section: none when `uid` is outside the
+    /// table's set (`[uid_begin, uid_end)`), its section in a gap, or the entry has no address.
+    pub fn owner_addr_of_uid(&self, uid: u64) -> Option<&str> {
+        if uid < self.uid_begin || uid >= self.uid_end {
+            return None;
+        }
+        self.owner_of_uid(uid).map(|e| e.addr.as_str()).filter(|a| !a.is_empty())
+    }
 }
 
 #[cfg(test)]

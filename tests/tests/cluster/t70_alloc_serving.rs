@@ -246,7 +246,7 @@ async fn concurrent_calls_are_coalesced_and_entries_answer_independently() {
     assert!(err.message().starts_with("NOT_OWNER"), "{}", err.message());
     // It carries a route table naming the section's actual owner (as the store says), no older
     // than the client's.
-    let carried = seqsvr_client::seq::route_table_of(&err)
+    let carried = seqsvr_proto::route_table_of(&err)
         .unwrap_or_else(|| panic!("NOT_OWNER without a decodable route table: {err:?}"));
     assert_eq!(carried.set_id, 0);
     assert!(

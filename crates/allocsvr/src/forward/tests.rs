@@ -142,7 +142,7 @@ async fn a_call_marked_no_forward_is_answered_not_owner() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
-    assert_eq!(seqsvr_client::seq::route_table_of(&err).map(|t| t.version), Some(3));
+    assert_eq!(seqsvr_proto::route_table_of(&err).map(|t| t.version), Some(3));
     assert_eq!(p.front.forward.hops_made(), 0, "nothing was forwarded");
 }
 
@@ -203,7 +203,7 @@ async fn a_forwarded_call_takes_a_wait_slot() {
 /// refusal of our identity is said as such; anything else passes as it came.
 #[test]
 fn hop_answers_are_restated_for_a_caller_that_did_not_route() {
-    let not_owner = seqsvr_client::seq::with_route_table(
+    let not_owner = seqsvr_proto::with_route_table(
         tonic::Status::failed_precondition("NOT_OWNER: section 1 is served by alloc 1"),
         &table("a:1", "b:1", 1),
     );

@@ -40,6 +40,7 @@ mod workers;
 use crate::config::SchemeSetup;
 use crate::rpc::{call_deadline, to_status, AllocError, HeldUntilSent, WaitSlot};
 use crate::state::Shared;
+use seqsvr_client::ids::DecodedId;
 use seqsvr_core::idscheme::Scheme;
 use seqsvr_proto::v1 as pb;
 use std::sync::Arc;
@@ -187,7 +188,24 @@ impl IdServer {
         };
         // The same fields and text the SDK's pure decode gives, so both answers agree.
         let decoded = seqsvr_client::ids::decode_id(layout, id).map_err(|e| invalid(&e))?;
-        Ok(decoded.to_response())
+        Ok(decode_response(&decoded))
+    }
+}
+
+/// The answer the `Decode` RPC gives for a decoded id.
+fn decode_response(d: &DecodedId) -> pb::DecodeIdResponse {
+    pb::DecodeIdResponse {
+        time_units: d.time_units,
+        unix_ms: d.unix_ms,
+        time_rfc3339: d.time_rfc3339.clone(),
+        worker: d.worker.unwrap_or(0),
+        business: d.fields.business,
+        session_type: d.fields.session_type,
+        session_hash: d.fields.session_hash,
+        sequence: d.fields.sequence,
+        rand: d.fields.rand,
+        text: d.text.clone(),
+        layout: d.layout_text(),
     }
 }
 
@@ -613,5 +631,27 @@ mod tests {
         // Units NOW .. NOW + 2 (half the lead) before the small call, the rest after.
         let early = 3 * per_unit as usize;
         assert!(big[early - 1] < small[0] && small[9] < big[early], "interleaved in order");
+    }
+
+    /// `Decode` answers what the SDK's pure decoder reads from the same id, field by field,
+    /// and refuses an id of the wrong form with INVALID_ARGUMENT.
+    #[tokio::test]
+    async fn decode_answers_the_pure_decoders_fields() {
+        let (s, _clock) = id_server(4, |_| {});
+        let ids = next_ids(&s, 1, 1_000).await.expect("an id");
+        let request = |id: u64, text: &str| {
+            Request::new(pb::DecodeIdRequest { scheme: "snowflake".into(), id, text: text.into() })
+        };
+        let answer = s.decode(request(ids[0], "")).await.expect("decoded").into_inner();
+        let layout = &s.shared.ids.schemes["snowflake"].layout;
+        let pure =
+            seqsvr_client::ids::decode_id(layout, u128::from(ids[0])).expect("the pure decode");
+        assert_eq!(answer, decode_response(&pure));
+        assert_eq!((answer.worker, answer.text.clone()), (3, ids[0].to_string()));
+        assert!(answer.layout.starts_with("sign 1 + time 41 + worker 10 + sequence 12; ms since "));
+        let by_text = s.decode(request(0, &answer.text)).await.expect("by text").into_inner();
+        assert_eq!(by_text, answer);
+        let bad = s.decode(request(0, "not-an-id")).await.expect_err("refused");
+        assert_eq!(bad.code(), Code::InvalidArgument, "{bad:?}");
     }
 }

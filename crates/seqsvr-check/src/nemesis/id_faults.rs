@@ -266,7 +266,7 @@ fn not_owner(s: &Status) -> Option<Option<u64>> {
 
 /// The AllocSvr `table` (a set's route table) names as serving `uid`: its set and address.
 fn owner_in(table: &pb::RouteTable, uid: u64) -> Option<(u64, String)> {
-    seqsvr_client::seq::owner_addr_in(table, uid).map(|addr| (table.set_id, addr.to_string()))
+    table.owner_addr_of_uid(uid).map(|addr| (table.set_id, addr.to_string()))
 }
 
 /// Marked `seqsvr-no-forward`: each AllocSvr answers for itself (the checks count who issued
@@ -351,7 +351,7 @@ async fn session_call(
                 owners.remove(&key);
                 let Some(uid) = not_owner(&status) else { return };
                 refused.insert(addr);
-                let table = seqsvr_client::seq::route_table_of(&status);
+                let table = seqsvr_proto::route_table_of(&status);
                 next = uid
                     .zip(table)
                     .and_then(|(uid, table)| owner_in(&table, uid))
@@ -739,7 +739,7 @@ mod tests {
                 seqsvr_proto::ROUTE_TABLE_METADATA,
                 tonic::metadata::MetadataValue::from_bytes(&bytes),
             );
-            assert_eq!(seqsvr_client::seq::route_table_of(&status), Some(table));
+            assert_eq!(seqsvr_proto::route_table_of(&status), Some(table));
             status
         }
     }
