@@ -320,6 +320,13 @@ pub(crate) fn start_load(
             tokio::spawn(async move {
                 let mut rng =
                     StdRng::seed_from_u64(seed ^ ((c as u64 + 1) * 0x9E37_79B9) ^ (w as u64 + 1));
+                // A plain or HTTP client has no retry policy of its own: after a failure it
+                // waits as the SDK would before the next call (jittered, doubling, reset by a
+                // success), instead of failing again at once against an AllocSvr that is down
+                // (a refused connection fails in microseconds: a spin of unknowns).
+                let pauses = !matches!(client.kind(), ClientKind::Sdk);
+                let mut backoff = seqsvr_client::retry::RetryPolicy::STANDARD
+                    .backoff_seeded(seed ^ ((c as u64) << 8) ^ w as u64);
                 while !stop.load(Ordering::SeqCst) {
                     let (set, first) = mine[rng.random_range(0..mine.len())];
                     let batch: Vec<u64> = if rng.random_bool(0.1) {
@@ -338,7 +345,8 @@ pub(crate) fn start_load(
                         client.next_batch(&batch, Duration::from_secs(3)).await
                     };
                     let complete_ns = t0.elapsed().as_nanos() as u64;
-                    if result.is_ok() {
+                    let failed = result.is_err();
+                    if !failed {
                         ok.fetch_add(1, Ordering::Relaxed);
                     }
                     let outcome = outcome_of(result);
@@ -350,6 +358,11 @@ pub(crate) fn start_load(
                         complete_ns,
                         outcome,
                     });
+                    match (pauses, failed) {
+                        (true, true) => tokio::time::sleep(backoff.next_delay()).await,
+                        (true, false) => backoff.reset(),
+                        (false, _) => {}
+                    }
                 }
             })
         })
