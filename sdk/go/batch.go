@@ -86,6 +86,9 @@ func (c *Client) nextBatch(ctx context.Context, uids []uint64) ([]uint64, *Error
 	}
 	b := StandardRetry.NewBackoff()
 	for {
+		if err := c.closedError(); err != nil {
+			return nil, err
+		}
 		gs, missing, ok := groupByOwner(c.RouteTables(), uids, pending)
 		if !ok {
 			// Learns the tables, or says the uid is outside every set.

@@ -254,24 +254,34 @@ func attemptTimeout(until time.Time) time.Duration {
 	return left
 }
 
+// closedError is CANCELLED "the client is closed" once Close was called, else nil. Every retry
+// loop asks it first: the SDK's own CANCELLED is not the retryable one of a cut connection.
+func (c *Client) closedError() *Error {
+	select {
+	case <-c.closed:
+		return newError(codes.Canceled, "", "the client is closed")
+	default:
+		return nil
+	}
+}
+
 // peer is the AllocSvr at addr (the same one for every table and call that names it).
 func (c *Client) peer(addr string) (*peer, *Error) {
+	if err := c.closedError(); err != nil {
+		return nil, err
+	}
 	c.peersMu.Lock()
 	defer c.peersMu.Unlock()
 	if p, ok := c.peers[addr]; ok {
 		return p, nil
 	}
-	select {
-	case <-c.closed:
-		return nil, newError(codes.Canceled, "", "the client is closed")
-	default:
-	}
 	conn, err := grpc.Dial(addr, c.dial...)
 	if err != nil {
 		return nil, newError(codes.InvalidArgument, "", "cannot dial %q: %v", addr, err)
 	}
-	p := &peer{addr: addr, conn: conn, seq: pb.NewSeqServiceClient(conn), ids: pb.NewIdServiceClient(conn),
-		queue: make(chan *pending, c.opts.MaxQueued)}
+	// The coalescing queue (MaxQueued slots, 800 KB at the default) is made on the peer's
+	// first coalesced call: an address only id calls or a route table named costs none.
+	p := &peer{addr: addr, conn: conn, seq: pb.NewSeqServiceClient(conn), ids: pb.NewIdServiceClient(conn)}
 	c.peers[addr] = p
 	return p, nil
 }
@@ -497,6 +507,9 @@ func (c *Client) callAttempts(ctx context.Context, uid uint64, attempt attemptFu
 	b := StandardRetry.NewBackoff()
 	var last *Error
 	for {
+		if err := c.closedError(); err != nil {
+			return 0, err
+		}
 		p, version, err := c.locate(ctx, uid, until)
 		switch {
 		case err != nil && err.Code == codes.InvalidArgument:

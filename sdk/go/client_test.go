@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -226,7 +227,9 @@ func TestANotOwnerLoopEndsWithinTheDeadline(t *testing.T) {
 	serveFake(t, b)
 	a.setTable(table(0, 1, 0, 100, a.addr))
 	c := plaintext(t, Options{DisableCoalescing: true}, a.addr)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	// 2 s: the loop stops once less than a back-off and an attempt are left, half a second
+	// before the deadline at the capped back-off, so a loaded machine cannot push it past.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, err := c.Next(ctx, 1)
 	if ctx.Err() != nil || Code(err) != codes.FailedPrecondition {
@@ -499,5 +502,47 @@ func TestIdCallsSkipAFailingAllocSvr(t *testing.T) {
 	}
 	if after, _ := up.callsOf("NextIds"); after != before+1 {
 		t.Fatalf("a final code asked %d times", after-before)
+	}
+}
+
+// A closed client fails every call at once with CANCELLED "the client is closed": the SDK's
+// own CANCELLED is not retried as a cut connection's is (before, each call retried until its
+// deadline, here 30 s).
+func TestACallOnAClosedClientFailsAtOnce(t *testing.T) {
+	f := &fakeAlloc{}
+	f.next = func(context.Context, *pb.NextRequest) (*pb.NextResponse, error) {
+		return &pb.NextResponse{Seq: 1}, nil
+	}
+	f.nextBatch = func(_ context.Context, r *pb.NextBatchRequest) (*pb.NextBatchResponse, error) {
+		return &pb.NextBatchResponse{Seqs: make([]uint64, len(r.GetUids()))}, nil
+	}
+	f.nextIds = func(context.Context, *pb.NextIdsRequest) (*pb.NextIdsResponse, error) {
+		return nil, status.Error(codes.Unavailable, "no worker id")
+	}
+	serveFake(t, f)
+	f.setTable(table(0, 1, 0, 100, f.addr))
+	for _, coalescing := range []bool{true, false} {
+		c := plaintext(t, Options{DisableCoalescing: !coalescing}, f.addr)
+		if _, err := c.Next(context.Background(), 7); err != nil {
+			t.Fatalf("before the close: %v", err)
+		}
+		c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		calls := map[string]func() error{
+			"Next":      func() error { _, err := c.Next(ctx, 7); return err },
+			"NextBatch": func() error { _, err := c.NextBatch(ctx, []uint64{7, 8}); return err },
+			"NextIDs":   func() error { _, err := c.NextIDs(ctx, "snowflake", 1); return err },
+		}
+		for name, call := range calls {
+			err := call()
+			if ctx.Err() != nil {
+				t.Fatalf("%s (coalescing %v) returned only at its deadline: %v", name, coalescing, err)
+			}
+			var e *Error
+			if !errors.As(err, &e) || e.Code != codes.Canceled || !strings.Contains(e.Message, "closed") {
+				t.Fatalf("%s (coalescing %v): want CANCELLED the client is closed, got %v", name, coalescing, err)
+			}
+		}
+		cancel()
 	}
 }

@@ -28,7 +28,10 @@ type coalesced struct {
 // nextCoalesced queues uid for p's next coalesced RPC and waits for its value; 0 = not served
 // at once (the caller asks alone). A full queue fails at once with RESOURCE_EXHAUSTED.
 func (c *Client) nextCoalesced(ctx context.Context, p *peer, uid, version uint64, until time.Time) (uint64, *Error) {
-	p.start.Do(func() { go c.coalesce(p) })
+	p.start.Do(func() {
+		p.queue = make(chan *pending, c.opts.MaxQueued)
+		go c.coalesce(p)
+	})
 	call := &pending{uid: uid, version: version, until: until, ctx: ctx, reply: make(chan coalesced, 1)}
 	select {
 	case p.queue <- call:

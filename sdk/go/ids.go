@@ -259,6 +259,9 @@ func (c *Client) idCall(ctx context.Context, attempt func(context.Context, *peer
 	defer cancel()
 	b := StandardRetry.NewBackoff()
 	for {
+		if err := c.closedError(); err != nil {
+			return nil, err
+		}
 		var failures []string
 		var last *Error
 		for _, addr := range c.roundRobin() {
@@ -354,6 +357,9 @@ func (c *Client) NextSessionIDs(ctx context.Context, scheme string, count uint32
 	b := StandardRetry.NewBackoff()
 	redirects := 0
 	for {
+		if err := c.closedError(); err != nil {
+			return nil, err
+		}
 		var addrs []string
 		if owner := c.sessionOwner(scheme, key); owner != "" && redirects < sessionRedirectsMax {
 			addrs = []string{owner}

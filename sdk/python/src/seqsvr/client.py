@@ -34,7 +34,8 @@ import grpc.aio
 from .config import Options, session_uid
 from .decode import RONGCLOUD, SESSION_HASHES, SESSION_TYPES, session_hash_of
 from .errors import (NO_FORWARD_METADATA, Cancelled, DeadlineExceeded, FailedPrecondition, Internal,
-                     InvalidArgument, ResourceExhausted, SeqsvrError, Unavailable, from_rpc, retryable)
+                     InvalidArgument, ResourceExhausted, SeqsvrError, Unavailable, Unknown, from_rpc,
+                     retryable)
 from .retry import STANDARD_RETRY
 from .v1 import seq_pb2 as pb
 from .v1 import seq_pb2_grpc as pb_grpc
@@ -510,6 +511,12 @@ class AsyncClient:
             self._stats.failed += 1
             raise
 
+    def _raise_if_closed(self) -> None:
+        """Every retry loop asks first: once closed, a call fails at once with CANCELLED (the
+        SDK's own, not the retryable CANCELLED of a cut connection)."""
+        if self._closed:
+            raise Cancelled(C.CANCELLED, "the client is closed")
+
     async def _call_attempts(self, uid: int, until: float,
                              attempt: Callable[[_Peer, int, float], Awaitable[Tuple[int, Optional[pb.RouteTable]]]]) -> int:
         """The retry loop shared by next and current: the Rust SDK's call_attempts."""
@@ -518,8 +525,7 @@ class AsyncClient:
         b = STANDARD_RETRY.new_backoff()
         last: Optional[SeqsvrError] = None
         while True:
-            if self._closed:
-                raise Cancelled(C.CANCELLED, "the client is closed")
+            self._raise_if_closed()
             try:
                 p, version = await self._locate(uid, until)
             except SeqsvrError as e:
@@ -629,6 +635,7 @@ class AsyncClient:
         pending = list(range(len(uids)))
         b = STANDARD_RETRY.new_backoff()
         while True:
+            self._raise_if_closed()
             gs, missing = self._group(uids, pending)
             if gs is None:
                 # Learns the tables, or says the uid is outside every set.
@@ -762,6 +769,9 @@ class AsyncClient:
         except asyncio.CancelledError:
             answer_all(Cancelled(C.CANCELLED, "the client is closed"))
             raise
+        except Exception as e:  # not a gRPC status (e.g. a call on a closed channel): still answered
+            answer_all(Unknown(C.UNKNOWN, f"the coalesced RPC to {p.addr} failed: {type(e).__name__}: {e}"))
+            return
         seqs = r.seqs
         if len(seqs) != len(batch):
             answer_all(Internal(C.INTERNAL, f"{p.addr} answered {len(seqs)} values for {len(batch)} uids"))
@@ -792,6 +802,7 @@ class AsyncClient:
         each call; after a round in which every one failed, back off and refresh the routes."""
         b = STANDARD_RETRY.new_backoff()
         while True:
+            self._raise_if_closed()
             failures: List[str] = []
             last: Optional[SeqsvrError] = None
             for addr in self._round_robin():
@@ -890,6 +901,7 @@ class AsyncClient:
         b = STANDARD_RETRY.new_backoff()
         redirects = 0
         while True:
+            self._raise_if_closed()
             owner = self._session_owner(scheme, key)
             addrs = [owner] if owner and redirects < SESSION_REDIRECTS_MAX else self._round_robin()
             failures: List[str] = []

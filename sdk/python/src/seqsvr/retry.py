@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 from dataclasses import dataclass
@@ -28,6 +29,10 @@ __all__ = ["RetryPolicy", "Backoff", "STANDARD_RETRY"]
 #: and costs ~16 µs, a third of a coalesced call's client CPU, paid on every call before any
 #: retry; the module's generator is shared (jitter needs no independence between calls).
 _SHARED_RNG = random.Random()
+# A forked worker (gunicorn, multiprocessing) reseeds it from the OS, as the random module does
+# its own: else workers forked from one parent, failing together, would retry in lockstep.
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_SHARED_RNG.seed)
 
 
 @dataclass(frozen=True)

@@ -268,10 +268,23 @@ public final class SeqsvrClient implements AutoCloseable {
   /** Ends the client's channels; calls still running fail, queued ones with CANCELLED. */
   @Override
   public void close() {
-    closed = true;
-    for (Peer p : peers.values()) {
-      p.coalescer.close();
-      p.managed.shutdownNow();
+    // Under the lock peer() adds under: no channel is dialled after the walk and left open.
+    synchronized (peers) {
+      closed = true;
+      for (Peer p : peers.values()) {
+        p.coalescer.close();
+        p.managed.shutdownNow();
+      }
+    }
+  }
+
+  /**
+   * Every retry loop asks first: once closed, a call fails at once with CANCELLED (the SDK's
+   * own, not the retryable CANCELLED of a cut connection).
+   */
+  private void throwIfClosed() {
+    if (closed) {
+      throw SeqsvrException.of(Status.Code.CANCELLED, "", "the client is closed");
     }
   }
 
@@ -648,6 +661,7 @@ public final class SeqsvrClient implements AutoCloseable {
     SeqsvrException last = null;
     long[] uids = {uid};
     while (true) {
+      throwIfClosed();
       Located loc = null;
       try {
         loc = locate(uid, until);
@@ -828,6 +842,7 @@ public final class SeqsvrClient implements AutoCloseable {
     }
     RetryPolicy.Backoff b = opts.retry.newBackoff();
     while (true) {
+      throwIfClosed();
       List<Group> routed = new ArrayList<>();
       List<Integer> unrouted = new ArrayList<>();
       Long missing = groupByOwner(tables, uids, pending, routed, unrouted);
@@ -1061,6 +1076,7 @@ public final class SeqsvrClient implements AutoCloseable {
   private void idCall(long until, IdAttempt attempt) {
     RetryPolicy.Backoff b = opts.retry.newBackoff();
     while (true) {
+      throwIfClosed();
       List<String> failures = new ArrayList<>();
       SeqsvrException last = null;
       for (String addr : roundRobin()) {
@@ -1173,6 +1189,7 @@ public final class SeqsvrClient implements AutoCloseable {
     RetryPolicy.Backoff b = opts.retry.newBackoff();
     int redirects = 0;
     while (true) {
+      throwIfClosed();
       List<String> addrs;
       String owner = sessionOwner(scheme, key);
       if (owner != null && redirects < SESSION_REDIRECTS_MAX) {

@@ -55,6 +55,42 @@ public class RoutingTest {
     c.close();
   }
 
+  /**
+   * A closed client fails every call at once with CANCELLED "the client is closed": the SDK's
+   * own CANCELLED is not retried as a cut connection's is (before, each call retried until its
+   * deadline, 30 s here; the test's 10 s bound only catches that).
+   */
+  @Test(timeout = 10_000)
+  public void aCallOnAClosedClientFailsAtOnce() throws Exception {
+    try (FakeAlloc a = new FakeAlloc()) {
+      a.table = table(0, 1, 0, 100, a.addr);
+      FakeAlloc.Counter n = new FakeAlloc.Counter();
+      a.next = req -> NextResponse.newBuilder().setSeq(n.next(req.getUid())).build();
+      a.nextBatch = req -> {
+        NextBatchResponse.Builder r = NextBatchResponse.newBuilder();
+        for (long uid : req.getUidsList()) {
+          r.addSeqs(n.next(uid));
+        }
+        return r.build();
+      };
+      for (boolean coalescing : new boolean[] {true, false}) {
+        SeqsvrClient c = plaintext(ClientOptions.builder().disableCoalescing(!coalescing), a.addr);
+        assertTrue(c.next(7) > 0);
+        c.close();
+        Duration deadline = Duration.ofSeconds(30);
+        List<Runnable> calls = List.of(
+            () -> c.next(7, deadline),
+            () -> c.nextBatch(new long[] {7, 8}, deadline),
+            () -> c.nextIds("snowflake", 1, deadline));
+        for (Runnable call : calls) {
+          SeqsvrException e = thrown(call);
+          assertEquals(Status.Code.CANCELLED, e.getCode());
+          assertTrue(e.getMessage(), e.getMessage().contains("closed"));
+        }
+      }
+    }
+  }
+
   @Test
   public void groupingFollowsTheCurrentTable() {
     RouteTable t0 = table(0, 3, 0, 5, "a", 5, 50, "b", 60, 100, "a");
@@ -106,7 +142,7 @@ public class RoutingTest {
         b.next = req -> {
           throw notOwner(v1);
         };
-        SeqsvrException e = thrown(() -> c.next(7, Duration.ofMillis(300)));
+        SeqsvrException e = thrown(() -> c.next(7, Duration.ofSeconds(2)));
         assertEquals(Status.Code.FAILED_PRECONDITION, e.getCode());
         assertTrue(e.getDescription(), e.getDescription().startsWith("NOT_OWNER"));
         assertEquals(2, c.routeTables().get(0).getVersion());
@@ -185,7 +221,9 @@ public class RoutingTest {
       };
       a.table = table(0, 1, 0, 100, a.addr);
       try (SeqsvrClient c = plaintext(ClientOptions.builder().disableCoalescing(true), a.addr)) {
-        Deadline deadline = Deadline.after(300, TimeUnit.MILLISECONDS);
+        // 2 s: the loop stops once less than a back-off and an attempt are left, half a second
+        // before the deadline at the capped back-off, so a loaded machine cannot push it past.
+        Deadline deadline = Deadline.after(2, TimeUnit.SECONDS);
         SeqsvrException e = thrown(() -> c.next(1, deadline));
         assertFalse(deadline.isExpired());
         assertEquals(Status.Code.FAILED_PRECONDITION, e.getCode());
@@ -220,12 +258,16 @@ public class RoutingTest {
                   t.setDaemon(true);
                   return t;
                 }));
-        long start = System.nanoTime();
-        SeqsvrException e = ctx.call(() -> thrown(() -> c.next(1)));
-        ctx.cancel(null);
-        assertEquals(Status.Code.DEADLINE_EXCEEDED, e.getCode());
-        // Bounded by the context's 100 ms, not the 300 ms default.
-        assertTrue(System.nanoTime() - start < TimeUnit.MILLISECONDS.toNanos(300));
+        // Bounded by the context's 100 ms, not a client's 20 s default (the 10 s bound only
+        // tells the two apart, whatever the machine's load).
+        try (SeqsvrClient slow = plaintext(ClientOptions.builder().disableCoalescing(true)
+            .defaultTimeout(Duration.ofSeconds(20)), f.addr)) {
+          long start = System.nanoTime();
+          SeqsvrException e = ctx.call(() -> thrown(() -> slow.next(1)));
+          ctx.cancel(null);
+          assertEquals(Status.Code.DEADLINE_EXCEEDED, e.getCode());
+          assertTrue(System.nanoTime() - start < TimeUnit.SECONDS.toNanos(10));
+        }
       } finally {
         never.countDown();
       }
