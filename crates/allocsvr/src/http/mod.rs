@@ -303,7 +303,7 @@ impl Serialize for IdTexts<'_> {
 }
 
 /// `GET /v1/ids/{scheme}/decode/{id}`: `Decode` (its checks and errors), answered with the
-/// fields as `seqctl id decode --json` prints them (`seqsvr_client::ids::DecodedView`).
+/// fields as `seqctl id decode --json` prints them (`seqsvr_core::decode::DecodedView`).
 async fn ids_decode(
     State(api): State<Arc<Api>>,
     params: Result<Path<(String, String)>, axum::extract::rejection::PathRejection>,
@@ -314,9 +314,9 @@ async fn ids_decode(
     let message = pb::DecodeIdRequest { scheme: scheme.clone(), text: id, id: 0 };
     let answer = api.ids.decode(grpc_request(&parts, message)?).await?.into_inner();
     let layout = api.layout(&scheme)?;
-    let decoded = seqsvr_client::ids::decode(layout, &answer.text)
+    let decoded = seqsvr_core::decode::decode(layout, &answer.text)
         .map_err(|e| HttpError::internal(&format!("the canonical text does not decode: {e}")))?;
-    reply(&seqsvr_client::ids::DecodedView::new(&scheme, &decoded), None)
+    reply(&seqsvr_core::decode::DecodedView::new(&scheme, &decoded), None)
 }
 
 /// `GET /healthz`: the process is up and answering.

@@ -421,8 +421,8 @@ async fn ids_decode_answers_as_seqctl_prints() {
     let reply = conn.get(&format!("/v1/ids/snowflake/decode/{id}")).await.expect("answered");
     assert_eq!(reply.status, 200, "{reply:?}");
     let layout = &s.shared.ids.schemes["snowflake"].layout;
-    let decoded = seqsvr_client::ids::decode(layout, &id).expect("decodes");
-    let seqctl = serde_json::to_value(seqsvr_client::ids::DecodedView::new("snowflake", &decoded));
+    let decoded = seqsvr_core::decode::decode(layout, &id).expect("decodes");
+    let seqctl = serde_json::to_value(seqsvr_core::decode::DecodedView::new("snowflake", &decoded));
     assert_eq!(reply.json(), seqctl.expect("serialises"));
     assert_eq!((&reply.json()["worker"], &reply.json()["id"]), (&json!(3), &json!(id)));
     for (path, status, code) in [

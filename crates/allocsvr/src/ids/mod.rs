@@ -40,7 +40,7 @@ mod workers;
 use crate::config::SchemeSetup;
 use crate::rpc::{call_deadline, to_status, AllocError, HeldUntilSent, WaitSlot};
 use crate::state::Shared;
-use seqsvr_client::ids::DecodedId;
+use seqsvr_core::decode::DecodedId;
 use seqsvr_core::idscheme::Scheme;
 use seqsvr_proto::v1 as pb;
 use std::sync::Arc;
@@ -187,7 +187,7 @@ impl IdServer {
             layout.parse(&r.text).map_err(|e| invalid(&e))?
         };
         // The same fields and text the SDK's pure decode gives, so both answers agree.
-        let decoded = seqsvr_client::ids::decode_id(layout, id).map_err(|e| invalid(&e))?;
+        let decoded = seqsvr_core::decode::decode_id(layout, id).map_err(|e| invalid(&e))?;
         Ok(decode_response(&decoded))
     }
 }
@@ -645,7 +645,7 @@ mod tests {
         let answer = s.decode(request(ids[0], "")).await.expect("decoded").into_inner();
         let layout = &s.shared.ids.schemes["snowflake"].layout;
         let pure =
-            seqsvr_client::ids::decode_id(layout, u128::from(ids[0])).expect("the pure decode");
+            seqsvr_core::decode::decode_id(layout, u128::from(ids[0])).expect("the pure decode");
         assert_eq!(answer, decode_response(&pure));
         assert_eq!((answer.worker, answer.text.clone()), (3, ids[0].to_string()));
         assert!(answer.layout.starts_with("sign 1 + time 41 + worker 10 + sequence 12; ms since "));
