@@ -104,7 +104,7 @@ fn total_cpu(r: &RunResult) -> f64 {
 }
 
 /// CPU µs per call with 2 decimals below 10, 1 below 1000, none above.
-fn cpu_text(us: f64) -> String {
+pub(crate) fn cpu_text(us: f64) -> String {
     match us {
         x if x < 10.0 => format!("{x:.2}"),
         x if x < 1000.0 => format!("{x:.1}"),

@@ -12,8 +12,8 @@
 //! driver's timed window, which the driver prints on stdout ([`WINDOW_START`], [`WINDOW_END`]);
 //! the servers' CPU in the window is divided by the window's calls.
 
-use crate::cpu::{cpu_us, machine_busy_us};
-use crate::report::median;
+use crate::cpu::machine_busy_us;
+use crate::report::{cpu_text, median};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -139,10 +139,6 @@ pub fn calls_per_batch(v: &serde_json::Value) -> Option<f64> {
     num("calls_per_coalesced_rpc").or_else(|| Some(num("calls")? / num("coalesced_rpcs")?))
 }
 
-fn servers_cpu(pids: &[u32]) -> anyhow::Result<u64> {
-    pids.iter().map(|p| cpu_us(&p.to_string())).sum()
-}
-
 fn run_case(args: &SdksArgs, round: usize, index: usize, case: &Case) -> anyhow::Result<SdkRun> {
     let stem = format!("r{round}-{}-{}", case.lang, case.target);
     let out_file = args.out.join(format!("{stem}.result.json"));
@@ -170,7 +166,7 @@ fn run_case(args: &SdksArgs, round: usize, index: usize, case: &Case) -> anyhow:
     // The servers' and the machine's CPU at the driver's window edges (or at its start and
     // exit if it prints none).
     let sample = || -> anyhow::Result<(u64, u64, Instant)> {
-        Ok((servers_cpu(pids)?, machine_busy_us()?, Instant::now()))
+        Ok((crate::servers_cpu_us(pids)?, machine_busy_us()?, Instant::now()))
     };
     let mut at_start = sample()?;
     let mut at_end = None;
@@ -305,14 +301,6 @@ pub fn target_ratio(lang: &str) -> Option<f64> {
 
 fn medians(runs: &[&SdkRun], f: impl Fn(&SdkRun) -> f64) -> f64 {
     median(runs.iter().map(|r| f(r)).collect())
-}
-
-fn cpu_text(us: f64) -> String {
-    if us < 10.0 {
-        format!("{us:.2}")
-    } else {
-        format!("{us:.1}")
-    }
 }
 
 /// The markdown tables: per language, seqsvr and Redis medians, the ratios and the targets.

@@ -185,24 +185,25 @@ public final class Bench {
           a.dist = value;
           break;
         case "timeout":
-          try {
-            a.timeout = parseGoDuration(value);
-          } catch (IllegalArgumentException e) {
-            throw new UsageException("invalid value \"" + value + "\" for flag -" + name + ": " + e.getMessage());
-          }
+          a.timeout = durationFlag(name, value);
           break;
         case "warmup":
-          try {
-            a.warmup = parseGoDuration(value);
-          } catch (IllegalArgumentException e) {
-            throw new UsageException("invalid value \"" + value + "\" for flag -" + name + ": " + e.getMessage());
-          }
+          a.warmup = durationFlag(name, value);
           break;
         default:
           throw new UsageException("flag provided but not defined: -" + name);
       }
     }
     return a;
+  }
+
+  /** A Go duration flag's value, or the usage error Go's flag package gives. */
+  private static Duration durationFlag(String name, String value) throws UsageException {
+    try {
+      return parseGoDuration(value);
+    } catch (IllegalArgumentException e) {
+      throw new UsageException("invalid value \"" + value + "\" for flag -" + name + ": " + e.getMessage());
+    }
   }
 
   private static boolean isValueFlag(String name) {
@@ -711,10 +712,12 @@ public final class Bench {
         SplittableRandom rng = new SplittableRandom(wi + 1);
         Latencies l = new Latencies();
         lat[wi] = l;
+        java.util.function.LongSupplier nextUid =
+            () -> z != null ? uidBase + z.rank0(rng) : uidBase + rng.nextLong(uids);
         // The warm-up: the same calls, counted nowhere (errors included).
         long warmStop = System.nanoTime() + warmupNs;
         while (System.nanoTime() - warmStop < 0) {
-          long uid = z != null ? uidBase + z.rank0(rng) : uidBase + rng.nextLong(uids);
+          long uid = nextUid.getAsLong();
           try {
             next.call(uid);
           } catch (Exception e) {
@@ -733,7 +736,7 @@ public final class Bench {
           if (start - stop >= 0) {
             return;
           }
-          long uid = z != null ? uidBase + z.rank0(rng) : uidBase + rng.nextLong(uids);
+          long uid = nextUid.getAsLong();
           try {
             next.call(uid);
           } catch (Exception e) {
